@@ -1,0 +1,3 @@
+from raftcron.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""The HTTP application: the routes table and the error → status mapping."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from raftcron.api import cluster, jobs, occurrences, workers
+from raftcron.api.context import ApiContext
+from raftcron.api.errors import HTTPError, error_response
+from raftcron.api.openapi import openapi_spec
+from raftcron.core.errors import ValidationError
+
+if TYPE_CHECKING:
+    from raftcron.node import Node
+
+log = logging.getLogger("raftcron.api")
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(openapi_spec())
+
+
+async def index(request: Request) -> Response:
+    page = WEB_DIR / "index.html"
+    if page.exists():
+        return FileResponse(page)
+    return JSONResponse({"status_page": "not installed", "api": "/openapi.json"})
+
+
+ROUTES = [
+    Route("/", index),
+    Route("/healthz", cluster.healthz),
+    Route("/readyz", cluster.readyz),
+    Route("/openapi.json", openapi),
+    Route("/v1/cluster", cluster.cluster),
+    Route("/v1/digest", cluster.state_digest),
+    Route("/v1/jobs", jobs.create_job, methods=["POST"]),
+    Route("/v1/jobs", jobs.list_jobs, methods=["GET"]),
+    Route("/v1/jobs/{job_id}", jobs.get_job, methods=["GET"]),
+    Route("/v1/jobs/{job_id}", jobs.put_job, methods=["PUT"]),
+    Route("/v1/jobs/{job_id}", jobs.delete_job, methods=["DELETE"]),
+    Route("/v1/jobs/{job_id}/pause", jobs.pause_job, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/resume", jobs.resume_job, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/trigger", jobs.trigger_job, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/backfill", jobs.backfill_job, methods=["POST"]),
+    Route("/v1/occurrences", occurrences.list_occurrences, methods=["GET"]),
+    Route("/v1/occurrences/{occurrence_id:path}", occurrences.get_occurrence, methods=["GET"]),
+    Route("/v1/leases", workers.leases, methods=["POST"]),
+    Route("/v1/heartbeats", workers.heartbeats, methods=["POST"]),
+    Route("/v1/completions", workers.completions, methods=["POST"]),
+    Route("/v1/releases", workers.releases, methods=["POST"]),
+    Route("/v1/attempts/{attempt_id:path}/heartbeat", workers.heartbeat_one, methods=["POST"]),
+    Route("/v1/attempts/{attempt_id:path}/complete", workers.complete_one, methods=["POST"]),
+]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ValidationError)
+    return error_response(400, "invalid", exc.message, exc.field)
+
+
+async def _starlette_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "internal", "internal error")
+
+
+def create_app(node: Node) -> Starlette:
+    ctx = ApiContext(node)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await ctx.open()
+        app.state.http = httpx.AsyncClient()
+        try:
+            yield
+        finally:
+            await app.state.http.aclose()
+            await ctx.close()
+
+    app = Starlette(
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPError: _http_error,
+            ValidationError: _validation_error,
+            HTTPException: _starlette_error,
+            Exception: _unexpected,
+        },
+    )
+    app.state.ctx = ctx
+    return app

@@ -1,0 +1,80 @@
+"""What route handlers share: the node, a read connection, and proposing helpers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+from starlette.requests import Request
+
+from raftcron.api.errors import HTTPError, rejection_error
+from raftcron.cluster.proposer import NO_LEADER, ProposalError
+from raftcron.core.commands import Barrier, Command
+
+if TYPE_CHECKING:
+    from raftcron.node import Node
+
+
+class ApiContext:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.db: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        self.db = await aiosqlite.connect(f"file:{self.node.config.db_path}?mode=ro", uri=True)
+        await self.db.execute("PRAGMA query_only=ON")
+
+    async def close(self) -> None:
+        if self.db is not None:
+            await self.db.close()
+
+    async def fetchall(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        assert self.db is not None
+        async with self.db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def fetchone(self, sql: str, params: tuple | list = ()) -> tuple | None:
+        assert self.db is not None
+        async with self.db.execute(sql, params) as cur:
+            return await cur.fetchone()
+
+    async def propose(self, cmd: Command) -> dict[str, Any]:
+        """Propose and return the applied result; rejections become HTTP errors."""
+        result = await self.propose_raw(cmd)
+        if not result.get("ok"):
+            raise rejection_error(result)
+        return result
+
+    async def propose_raw(self, cmd: Command) -> dict[str, Any]:
+        proposer = self.node.proposer
+        assert proposer is not None
+        try:
+            return await proposer.propose(cmd)
+        except ProposalError as e:
+            code = "no_leader" if e.code == NO_LEADER else "unknown_outcome"
+            msg = e.message if not e.maybe_applied else (
+                f"{e.message}; the request may have been applied: retry it with the same "
+                "Idempotency-Key"
+            )
+            raise HTTPError(503, code, msg, headers={"Retry-After": "1"}) from None
+
+    async def maybe_barrier(self, request: Request) -> None:
+        """`?consistent=true`: commit a no-op and wait until this node applied it."""
+        if request.query_params.get("consistent", "").lower() in ("1", "true", "yes"):
+            await self.propose(Barrier(request_id=f"barrier-{uuid.uuid4().hex}"))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def request_id(request: Request) -> str:
+    """Client writes are deduplicated by request id: the Idempotency-Key when given."""
+    key = request.headers.get("idempotency-key")
+    if key:
+        if len(key) > 200:
+            raise HTTPError(400, "invalid", "must be at most 200 characters", "Idempotency-Key")
+        return f"{request.method} {request.url.path} {key}"
+    return uuid.uuid4().hex

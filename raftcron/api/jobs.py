@@ -1,0 +1,228 @@
+"""/v1/jobs routes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.context import ApiContext, now_ms, request_id
+from raftcron.api.errors import HTTPError, json_body
+from raftcron.core import commands as c
+from raftcron.core.errors import ValidationError
+from raftcron.core.model import JOB_ID_RE, parse_job
+from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
+from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrence_to_api
+
+MAX_PAGE = 500
+MAX_BACKFILL = 10_000
+BACKFILL_CHUNK = 1000
+
+
+def ctx_of(request: Request) -> ApiContext:
+    return request.app.state.ctx
+
+
+def path_job_id(request: Request) -> str:
+    job_id = request.path_params["job_id"]
+    if not JOB_ID_RE.match(job_id):
+        raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
+    return job_id
+
+
+def page_limit(request: Request, default: int = 100) -> int:
+    raw = request.query_params.get("limit", str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise ValidationError("limit", f"must be an integer from 1 to {MAX_PAGE}")
+    return int(raw)
+
+
+async def load_job_row(ctx: ApiContext, job_id: str) -> tuple:
+    row = await ctx.fetchone(f"{JOB_SELECT} WHERE id = ?", (job_id,))
+    if row is None:
+        raise HTTPError(404, "not_found", f"job {job_id!r} does not exist", "id")
+    return row
+
+
+def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> list[dict]:
+    from raftcron.core.model import Job
+
+    j = Job.from_spec(json.loads(spec_row[3]))
+    sched = j.compiled()
+    out = []
+    t = max(now_ms(), spec_row[6]) // 1000
+    start = j.schedule.start_at_ms
+    if start is not None and t * 1000 < start:
+        t = start // 1000 - 1
+    for _ in range(count):
+        nxt = sched.next_after(t)
+        if nxt is None or (j.schedule.end_at_ms is not None and nxt * 1000 > j.schedule.end_at_ms):
+            break
+        out.append({"utc": ms_to_iso(nxt * 1000),
+                    "local": ms_to_local_iso(nxt * 1000, j.schedule.timezone)})
+        t = nxt
+    return out
+
+
+async def job_detail(ctx: ApiContext, job_id: str) -> dict[str, Any]:
+    row = await load_job_row(ctx, job_id)
+    out = job_to_api(row)
+    out["next_fire_times"] = next_fire_times(out, row)
+    latest = await ctx.fetchone(
+        f"{OCC_SELECT} WHERE job_id = ? ORDER BY scheduled_for_ms DESC, id DESC LIMIT 1",
+        (job_id,),
+    )
+    out["latest_occurrence"] = occurrence_to_api(latest) if latest else None
+    return out
+
+
+async def create_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job = parse_job(await json_body(request))
+    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True))
+    return JSONResponse(await job_detail(ctx, job.id), status_code=201,
+                        headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
+
+
+async def list_jobs(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    limit = page_limit(request)
+    where, params = ["id > ?"], [request.query_params.get("cursor", "")]
+    tenant = request.query_params.get("tenant")
+    if tenant is not None:
+        where.append("tenant = ?")
+        params.append(tenant)
+    paused = request.query_params.get("paused")
+    if paused is not None:
+        if paused not in ("true", "false"):
+            raise ValidationError("paused", "must be true or false")
+        where.append("paused = ?")
+        params.append(int(paused == "true"))
+    rows = await ctx.fetchall(
+        f"{JOB_SELECT} WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*params, limit + 1)
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return JSONResponse({"jobs": [job_to_api(r) for r in rows],
+                         "next_cursor": rows[-1][0] if more else None})
+
+
+async def get_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    detail = await job_detail(ctx, path_job_id(request))
+    return JSONResponse(detail, headers={"ETag": f'"{detail["version"]}"'})
+
+
+def if_match(request: Request) -> int | None:
+    raw = request.headers.get("if-match")
+    if raw is None:
+        return None
+    raw = raw.strip().strip('"')
+    if not raw.isdigit():
+        raise HTTPError(400, "invalid", "must be a job version number", "If-Match")
+    return int(raw)
+
+
+async def put_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    body = await json_body(request)
+    job = parse_job(body, job_id=job_id)
+    if isinstance(body, dict) and "paused" not in body:
+        current = await load_job_row(ctx, job_id)
+        spec = job.to_spec()
+        spec["paused"] = bool(current[4])
+        job = type(job).from_spec(spec)
+    result = await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(),
+                                        create=False, expected_version=if_match(request)))
+    detail = await job_detail(ctx, job_id)
+    return JSONResponse(detail, headers={"ETag": f'"{result["version"]}"'})
+
+
+async def delete_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request)))
+    return JSONResponse({"deleted": job_id})
+
+
+async def pause_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id))
+    return JSONResponse(await job_detail(ctx, job_id))
+
+
+async def resume_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id))
+    return JSONResponse(await job_detail(ctx, job_id))
+
+
+async def occurrence_by_id(ctx: ApiContext, occ_id: str) -> dict[str, Any]:
+    row = await ctx.fetchone(f"{OCC_SELECT} WHERE id = ?", (occ_id,))
+    if row is None:
+        raise HTTPError(404, "not_found", f"occurrence {occ_id!r} does not exist", "id")
+    return occurrence_to_api(row)
+
+
+async def trigger_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    body = await json_body(request, required=False)
+    if not isinstance(body, dict):
+        raise ValidationError("body", "must be a JSON object")
+    override = body.get("override_overlap", False)
+    if not isinstance(override, bool):
+        raise ValidationError("override_overlap", "must be true or false")
+    key = request.headers.get("idempotency-key") or request_id(request)
+    if len(key) > 200:
+        raise ValidationError("Idempotency-Key", "must be at most 200 characters")
+    result = await ctx.propose(c.TriggerManual(
+        f"trigger {job_id} {key}", now_ms(), job_id, key, override_overlap=override,
+    ))
+    occ = await occurrence_by_id(ctx, result["occurrence_id"])
+    occ["duplicate"] = bool(result.get("duplicate") or result.get("replayed_request"))
+    return JSONResponse(occ, status_code=202)
+
+
+async def backfill_job(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise ValidationError("body", "must be a JSON object")
+    start = parse_iso_ms(body.get("start"), "start")
+    end = parse_iso_ms(body.get("end"), "end")
+    if end < start:
+        raise ValidationError("end", "must not be before start")
+    row = await load_job_row(ctx, job_id)
+    from raftcron.core.model import Job
+
+    sched = Job.from_spec(json.loads(row[3])).compiled()
+    instants: list[int] = []
+    for t in sched.iter_between((start - 1) // 1000, end // 1000):
+        if t * 1000 < start:
+            continue
+        instants.append(t * 1000)
+        if len(instants) > MAX_BACKFILL:
+            raise ValidationError("end", f"the range holds more than {MAX_BACKFILL} instants")
+    key = request.headers.get("idempotency-key") or hashlib.sha256(
+        f"{start}:{end}".encode()).hexdigest()[:16]
+    ids: list[str] = []
+    created = 0
+    for i in range(0, len(instants), BACKFILL_CHUNK):
+        chunk = instants[i : i + BACKFILL_CHUNK]
+        result = await ctx.propose(c.Backfill(
+            f"backfill {job_id} {key} {i}", now_ms(), job_id, key, chunk,
+        ))
+        ids += result["occurrence_ids"]
+        created += result.get("created", 0)
+    return JSONResponse({"job_id": job_id, "request_key": key, "occurrence_ids": ids,
+                         "count": len(ids), "created": created}, status_code=202)

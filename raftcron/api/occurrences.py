@@ -1,0 +1,73 @@
+"""/v1/occurrences routes."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
+from raftcron.core.errors import ValidationError
+from raftcron.core.timefmt import parse_iso_ms
+from raftcron.state.queries import ATT_SELECT, OCC_SELECT, attempt_to_api, occurrence_to_api
+
+STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "cancelled")
+KINDS = ("scheduled", "manual", "backfill")
+
+
+def _cursor(raw: str) -> tuple[int, str]:
+    ms, _, occ_id = raw.partition(":")
+    if not ms.isdigit() or not occ_id:
+        raise ValidationError("cursor", "is not a cursor returned by this endpoint")
+    return int(ms), occ_id
+
+
+async def list_occurrences(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    q = request.query_params
+    limit = page_limit(request)
+    where: list[str] = []
+    params: list[object] = []
+    if "job_id" in q:
+        where.append("job_id = ?")
+        params.append(q["job_id"])
+    if "status" in q:
+        if q["status"] not in STATUSES:
+            raise ValidationError("status", f"must be one of {', '.join(STATUSES)}")
+        where.append("status = ?")
+        params.append(q["status"])
+    if "kind" in q:
+        if q["kind"] not in KINDS:
+            raise ValidationError("kind", f"must be one of {', '.join(KINDS)}")
+        where.append("kind = ?")
+        params.append(q["kind"])
+    if "since" in q:
+        where.append("scheduled_for_ms >= ?")
+        params.append(parse_iso_ms(q["since"], "since"))
+    if "until" in q:
+        where.append("scheduled_for_ms <= ?")
+        params.append(parse_iso_ms(q["until"], "until"))
+    if "cursor" in q:
+        ms, occ_id = _cursor(q["cursor"])
+        where.append("(scheduled_for_ms < ? OR (scheduled_for_ms = ? AND id < ?))")
+        params += [ms, ms, occ_id]
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = await ctx.fetchall(
+        f"{OCC_SELECT}{clause} ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?",
+        (*params, limit + 1),
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = f"{rows[-1][5]}:{rows[-1][0]}" if more else None
+    return JSONResponse({"occurrences": [occurrence_to_api(r) for r in rows],
+                         "next_cursor": cursor})
+
+
+async def get_occurrence(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    occ = await occurrence_by_id(ctx, request.path_params["occurrence_id"])
+    rows = await ctx.fetchall(f"{ATT_SELECT} WHERE occurrence_id = ? ORDER BY number",
+                              (occ["id"],))
+    occ["attempt_list"] = [attempt_to_api(r) for r in rows]
+    return JSONResponse(occ)

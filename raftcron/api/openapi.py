@@ -1,0 +1,137 @@
+"""The OpenAPI description served at /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+JSON_OBJ = {"type": "object"}
+
+JOB_INPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "schedule", "target"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"},
+        "tenant": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
+        "schedule": {
+            "type": "object", "required": ["cron"],
+            "properties": {
+                "cron": {"type": "string", "maxLength": 256},
+                "timezone": {"type": "string"},
+                "dst_gap": {"enum": ["auto", "shift", "skip"]},
+                "dst_fold": {"enum": ["auto", "once", "both"]},
+                "jitter_s": {"type": "integer", "minimum": 0, "maximum": 3600},
+                "start_at": {"type": ["string", "null"], "format": "date-time"},
+                "end_at": {"type": ["string", "null"], "format": "date-time"},
+            },
+        },
+        "misfire_policy": {"enum": ["skip", "run_once", "catch_up"]},
+        "misfire_grace_s": {"type": "integer", "minimum": 0},
+        "catch_up_max": {"type": "integer", "minimum": 1, "maximum": 10000},
+        "overlap_policy": {"enum": ["allow", "forbid", "replace", "buffer_one"]},
+        "max_runtime_s": {"type": ["integer", "null"], "minimum": 1},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+        "retry_backoff_s": {"type": "integer", "minimum": 0},
+        "heartbeat_timeout_s": {"type": "integer", "minimum": 2, "maximum": 3600},
+        "deadline_s": {"type": ["integer", "null"], "minimum": 1},
+        "target": {"type": "object", "description": '{"shell": "cmd"} or {"http": {"url"}}'},
+        "queue": {"type": "string"},
+        "paused": {"type": "boolean"},
+        "notify": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def _op(summary: str, *, body: dict | None = None, ok: int = 200,
+        params: list[dict] | None = None, errors: tuple[int, ...] = (400, 503)) -> dict:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "responses": {str(ok): {"description": "OK", "content": {
+            "application/json": {"schema": JSON_OBJ}}}},
+    }
+    for status in errors:
+        op["responses"][str(status)] = {"description": "error", "content": {
+            "application/json": {"schema": ERROR}}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def _path_param(name: str) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, schema: dict | None = None) -> dict:
+    return {"name": name, "in": "query", "required": False,
+            "schema": schema or {"type": "string"}}
+
+
+JOB = [_path_param("job_id")]
+PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": {
+    "worker_id": {"type": "string"},
+    "attempts": {"type": "array", "items": {"type": "object", "properties": {
+        "attempt_id": {"type": "string"}, "fencing_token": {"type": "integer"}}}}}}
+
+
+def openapi_spec() -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "raftcron", "version": "1"},
+        "components": {"schemas": {"Error": {"type": "object", "properties": {"error": {
+            "type": "object", "properties": {"code": {"type": "string"},
+                                             "message": {"type": "string"},
+                                             "field": {"type": "string"}}}}}}},
+        "paths": {
+            "/healthz": {"get": _op("The process is up", errors=())},
+            "/readyz": {"get": _op("Caught up and the cluster has a leader", errors=(503,))},
+            "/v1/cluster": {"get": _op("This node's view of the cluster", errors=())},
+            "/v1/digest": {"get": _op("Canonical digest of this node's state", errors=())},
+            "/v1/jobs": {
+                "post": _op("Create a job", body=JOB_INPUT, ok=201, errors=(400, 409, 413, 503)),
+                "get": _op("List jobs", params=[
+                    _query("tenant"), _query("paused", {"enum": ["true", "false"]}),
+                    _query("cursor"), _query("limit", {"type": "integer"}),
+                    _query("consistent", {"type": "boolean"})]),
+            },
+            "/v1/jobs/{job_id}": {
+                "get": _op("A job with its next fire times", params=JOB, errors=(400, 404)),
+                "put": _op("Replace a job (If-Match: version)", body=JOB_INPUT, params=JOB,
+                           errors=(400, 404, 412, 503)),
+                "delete": _op("Delete a job", params=JOB, errors=(400, 404, 412, 503)),
+            },
+            "/v1/jobs/{job_id}/pause": {"post": _op("Pause", params=JOB, errors=(400, 404))},
+            "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB, errors=(400, 404))},
+            "/v1/jobs/{job_id}/trigger": {"post": _op(
+                "Run now (Idempotency-Key header dedupes)", ok=202, params=JOB,
+                errors=(400, 404, 503))},
+            "/v1/jobs/{job_id}/backfill": {"post": _op(
+                "Create occurrences for the nominal instants in a range", ok=202, params=JOB,
+                body={"type": "object", "required": ["start", "end"], "properties": {
+                    "start": {"type": "string", "format": "date-time"},
+                    "end": {"type": "string", "format": "date-time"}}},
+                errors=(400, 404, 503))},
+            "/v1/occurrences": {"get": _op("List occurrences", params=[
+                _query("job_id"), _query("status"), _query("kind"), _query("since"),
+                _query("until"), _query("cursor"), _query("limit", {"type": "integer"})])},
+            "/v1/occurrences/{occurrence_id}": {"get": _op(
+                "An occurrence with its attempts", params=[_path_param("occurrence_id")],
+                errors=(404,))},
+            "/v1/leases": {"post": _op("Lease due runs (long-poll)", body={
+                "type": "object", "required": ["worker_id"], "properties": {
+                    "worker_id": {"type": "string"},
+                    "queues": {"type": "array", "items": {"type": "string"}},
+                    "max": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "wait_s": {"type": "number", "minimum": 0, "maximum": 30}}})},
+            "/v1/heartbeats": {"post": _op("Heartbeat many attempts", body=PAIRS)},
+            "/v1/releases": {"post": _op("Hand leases back unrun", body=PAIRS)},
+            "/v1/completions": {"post": _op("Report many outcomes", body=JSON_OBJ)},
+            "/v1/attempts/{attempt_id}/heartbeat": {"post": _op(
+                "Heartbeat one attempt", params=[_path_param("attempt_id")], body=JSON_OBJ,
+                errors=(400, 404, 409, 503))},
+            "/v1/attempts/{attempt_id}/complete": {"post": _op(
+                "Report one outcome", params=[_path_param("attempt_id")], body=JSON_OBJ,
+                errors=(400, 404, 409, 503))},
+        },
+    }

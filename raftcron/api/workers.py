@@ -1,0 +1,187 @@
+"""The worker protocol: leases (leader only; followers forward), heartbeats, completions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from raftcron.api.context import ApiContext, now_ms
+from raftcron.api.errors import HTTPError, json_body, rejection_error
+from raftcron.api.jobs import ctx_of
+from raftcron.core import commands as c
+from raftcron.core.errors import ValidationError
+from raftcron.core.model import NAME_RE
+from raftcron.leader.ticker import LostEpoch
+
+MAX_OUTPUT = 64 * 1024
+MAX_BATCH = 1000
+MAX_WAIT_S = 30.0
+
+
+def _worker_id(body: dict[str, Any]) -> str:
+    wid = body.get("worker_id")
+    if not isinstance(wid, str) or not 1 <= len(wid) <= 128 or not wid.isprintable():
+        raise ValidationError("worker_id", "must be a printable string of 1-128 characters")
+    return wid
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationError("body", "must be a JSON object")
+    return body
+
+
+def _token(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(field, "must be a non-negative integer")
+    return value
+
+
+def _attempt_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 512:
+        raise ValidationError(field, "must be an attempt id")
+    return value
+
+
+async def _forward_to_leader(request: Request, ctx: ApiContext, body: bytes) -> Response:
+    url = ctx.node.leader_http_url()
+    if url is None or url == ctx.node.config.http_url:
+        raise HTTPError(503, "no_leader", "the cluster has no leader",
+                        headers={"Retry-After": "1"})
+    headers = {"content-type": "application/json"}
+    if "authorization" in request.headers:
+        headers["authorization"] = request.headers["authorization"]
+    client: httpx.AsyncClient = request.app.state.http
+    try:
+        resp = await client.post(f"{url}{request.url.path}", content=body, headers=headers,
+                                 timeout=MAX_WAIT_S + 10)
+    except httpx.HTTPError as e:
+        raise HTTPError(503, "no_leader", f"the leader is unreachable: {e.__class__.__name__}",
+                        headers={"Retry-After": "1"}) from None
+    return Response(resp.content, status_code=resp.status_code,
+                    media_type="application/json", headers={
+                        k: v for k, v in resp.headers.items() if k.lower() == "retry-after"})
+
+
+async def leases(request: Request) -> Response:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    worker_id = _worker_id(body)
+    queues = body.get("queues", ["default"])
+    if (not isinstance(queues, list) or not 1 <= len(queues) <= 50
+            or not all(isinstance(q, str) and NAME_RE.match(q) for q in queues)):
+        raise ValidationError("queues", "must be a list of 1-50 queue names")
+    max_n = body.get("max", 1)
+    if isinstance(max_n, bool) or not isinstance(max_n, int) or not 1 <= max_n <= MAX_BATCH:
+        raise ValidationError("max", f"must be an integer from 1 to {MAX_BATCH}")
+    wait_s = body.get("wait_s", 0)
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not (
+        0 <= wait_s <= MAX_WAIT_S
+    ):
+        raise ValidationError("wait_s", f"must be a number from 0 to {MAX_WAIT_S}")
+    duties = ctx.node.duties
+    if duties is None or duties.stopped:
+        if ctx.node.raft.is_leader():
+            raise HTTPError(503, "no_leader", "leadership is starting; retry",
+                            headers={"Retry-After": "1"})
+        import json
+
+        return await _forward_to_leader(request, ctx, json.dumps(body).encode())
+    try:
+        got = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
+                                            float(wait_s))
+    except LostEpoch:
+        raise HTTPError(503, "no_leader", "leadership changed; retry",
+                        headers={"Retry-After": "1"}) from None
+    return JSONResponse({"leases": got})
+
+
+def _pairs(items: Any, field: str) -> list[list[Any]]:
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        raise ValidationError(field, f"must be a list of 1-{MAX_BATCH} entries")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValidationError(f"{field}.{i}", "must be an object")
+        out.append([_attempt_id(item.get("attempt_id"), f"{field}.{i}.attempt_id"),
+                    _token(item.get("fencing_token"), f"{field}.{i}.fencing_token")])
+    return out
+
+
+def _completion(item: Any, field: str) -> list[Any]:
+    if not isinstance(item, dict):
+        raise ValidationError(field, "must be an object")
+    outcome = item.get("outcome")
+    if outcome not in ("succeeded", "failed"):
+        raise ValidationError(f"{field}.outcome", "must be succeeded or failed")
+    exit_code = item.get("exit_code")
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)
+                                  or not -(2**31) <= exit_code < 2**31):
+        raise ValidationError(f"{field}.exit_code", "must be an integer or null")
+    output = item.get("output", "")
+    if output is None:
+        output = ""
+    if not isinstance(output, str):
+        raise ValidationError(f"{field}.output", "must be a string")
+    output = output[-MAX_OUTPUT:]
+    return [_attempt_id(item.get("attempt_id"), f"{field}.attempt_id"),
+            _token(item.get("fencing_token"), f"{field}.fencing_token"),
+            outcome, exit_code, output]
+
+
+async def heartbeats(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    result = await ctx.propose_raw(c.Heartbeat(now_ms(), _worker_id(body),
+                                               _pairs(body.get("attempts"), "attempts")))
+    return JSONResponse({"results": result["results"]})
+
+
+async def completions(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    items = body.get("completions")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        raise ValidationError("completions", f"must be a list of 1-{MAX_BATCH} entries")
+    parsed = [_completion(it, f"completions.{i}") for i, it in enumerate(items)]
+    result = await ctx.propose_raw(c.Complete(now_ms(), _worker_id(body), parsed))
+    return JSONResponse({"results": result["results"]})
+
+
+async def releases(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    result = await ctx.propose_raw(c.Release(now_ms(), _worker_id(body),
+                                             _pairs(body.get("attempts"), "attempts")))
+    return JSONResponse({"results": result["results"]})
+
+
+def _single(result: dict[str, Any]) -> dict[str, Any]:
+    item = result["results"][0]
+    if not item.get("ok"):
+        raise rejection_error(item)
+    return item
+
+
+async def heartbeat_one(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    attempt_id = request.path_params["attempt_id"]
+    result = await ctx.propose_raw(c.Heartbeat(
+        now_ms(), _worker_id(body),
+        [[attempt_id, _token(body.get("fencing_token"), "fencing_token")]],
+    ))
+    return JSONResponse({"cancel": bool(_single(result).get("cancel"))})
+
+
+async def complete_one(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    body["attempt_id"] = request.path_params["attempt_id"]
+    result = await ctx.propose_raw(c.Complete(now_ms(), _worker_id(body),
+                                              [_completion(body, "body")]))
+    item = _single(result)
+    return JSONResponse({"status": item["status"], "duplicate": item["duplicate"]})

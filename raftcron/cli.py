@@ -1,0 +1,310 @@
+"""The `raftcron` command line: argument parsing only; work lives in the modules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _fail(message: str) -> int:
+    print(f"raftcron: {message}", file=sys.stderr)
+    return 2
+
+
+# --- schedule preview ----------------------------------------------------------------------
+
+def cmd_schedule_preview(args: argparse.Namespace) -> int:
+    from raftcron.core.errors import ValidationError
+    from raftcron.core.schedule import ScheduleError, compile_schedule
+    from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
+
+    try:
+        sched = compile_schedule(args.cron, args.tz, args.dst_gap, args.dst_fold,
+                                 hash_key=args.job_id)
+        start = parse_iso_ms(args.start, "--start") // 1000 if args.start else int(time.time())
+    except (ScheduleError, ValidationError) as e:
+        return _fail(f"{e.field}: {e.message}")
+    if not 1 <= args.count <= 10_000:
+        return _fail("--count must be between 1 and 10000")
+    rows = []
+    t = start
+    for _ in range(args.count):
+        nxt = sched.next_after(t)
+        if nxt is None:
+            break
+        rows.append({"scheduled_for": ms_to_iso(nxt * 1000),
+                     "local": ms_to_local_iso(nxt * 1000, args.tz)})
+        t = nxt
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'local':<28} utc")
+        for r in rows:
+            print(f"{r['local']:<28} {r['scheduled_for']}")
+    return 0
+
+
+# --- node, up, worker ------------------------------------------------------------------------
+
+def _setup_logging(level: str, json_logs: bool = False) -> None:
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
+                        stream=sys.stderr)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from raftcron.config import ConfigError, load_config
+    from raftcron.node import run_node
+
+    _setup_logging(args.log_level)
+    overrides = {"node_id": args.id, "http_port": args.http_port, "raft_addr": args.raft_addr,
+                 "data_dir": args.data_dir, "secret_file": args.secret_file}
+    try:
+        config = load_config(args.config, overrides)
+        config.read_secret()
+    except ConfigError as e:
+        return _fail(str(e))
+    run_node(config)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from raftcron.local import run_up
+
+    if not 1 <= args.nodes <= 7:
+        return _fail("--nodes must be between 1 and 7")
+    return run_up(args.data_dir, args.nodes, args.port_base, workers=args.workers)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from raftcron.worker.runner import main as worker_main
+
+    _setup_logging(args.log_level)
+    servers = [s for s in args.server.split(",") if s]
+    queues = [q for q in args.queues.split(",") if q]
+    if args.concurrency < 1:
+        return _fail("--concurrency must be at least 1")
+    worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
+    return worker_main(servers, queues, args.concurrency, worker_id)
+
+
+# --- API clients -------------------------------------------------------------------------------
+
+def _client(args: argparse.Namespace) -> Any:
+    from raftcron.client import Client
+
+    return Client([s for s in args.server.split(",") if s])
+
+
+def _print(args: argparse.Namespace, data: Any, table: list[tuple[str, ...]] | None = None,
+           header: tuple[str, ...] | None = None) -> None:
+    if args.json or table is None:
+        print(json.dumps(data, indent=2))
+        return
+    rows = [header] + table if header else table
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _job_body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.file:
+        with open(args.file) as f:
+            body = json.load(f)
+        if not isinstance(body, dict):
+            raise UsageError("--file must hold a JSON object")
+    else:
+        body = {}
+    if getattr(args, "job_id", None):
+        body["id"] = args.job_id
+    sched = body.setdefault("schedule", {}) if args.cron or args.tz else body.get("schedule")
+    if args.cron:
+        sched["cron"] = args.cron
+    if args.tz:
+        sched["timezone"] = args.tz
+    if args.shell:
+        body["target"] = {"shell": args.shell}
+    if args.url:
+        body["target"] = {"http": {"url": args.url, "method": args.method}}
+    for key in ("misfire_policy", "overlap_policy", "max_attempts", "max_runtime_s", "queue",
+                "tenant", "deadline_s"):
+        value = getattr(args, key, None)
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from raftcron.client import ApiError
+
+    client = _client(args)
+    try:
+        return _job_action(args, client)
+    except ApiError as e:
+        return _fail(str(e))
+    except (UsageError, OSError, ValueError) as e:
+        return _fail(str(e))
+
+
+def _job_action(args: argparse.Namespace, client: Any) -> int:
+    action = args.action
+    if action == "add":
+        job = client.request("POST", "/v1/jobs", json=_job_body(args), retries=3)
+        _print(args, job, [(job["id"], str(job["version"]),
+                            (job["next_fire_times"] or [{"utc": "-"}])[0]["utc"])],
+               ("id", "version", "next fire (UTC)"))
+    elif action == "list":
+        data = client.request("GET", "/v1/jobs", params={"limit": 500})
+        _print(args, data, [(j["id"], j["tenant"], j["schedule"]["cron"],
+                             j["schedule"]["timezone"], "paused" if j["paused"] else "active",
+                             str(j["version"])) for j in data["jobs"]],
+               ("id", "tenant", "cron", "timezone", "state", "version"))
+    elif action == "show":
+        _print(args, client.request("GET", f"/v1/jobs/{args.job_id}"))
+    elif action == "edit":
+        current = client.request("GET", f"/v1/jobs/{args.job_id}")
+        body = {k: v for k, v in current.items() if k not in (
+            "version", "watermark", "created_at", "updated_at", "next_fire_times",
+            "latest_occurrence")}
+        body.update(_job_body(args))
+        job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
+                             headers={"If-Match": str(current["version"])}, retries=3)
+        _print(args, job, [(job["id"], str(job["version"]))], ("id", "version"))
+    elif action in ("pause", "resume"):
+        job = client.request("POST", f"/v1/jobs/{args.job_id}/{action}")
+        _print(args, job, [(job["id"], "paused" if job["paused"] else "active")],
+               ("id", "state"))
+    elif action == "trigger":
+        headers = {"Idempotency-Key": args.key} if args.key else None
+        occ = client.request("POST", f"/v1/jobs/{args.job_id}/trigger", headers=headers,
+                             json={"override_overlap": args.override_overlap})
+        _print(args, occ, [(occ["id"], occ["status"])], ("occurrence", "status"))
+    elif action == "rm":
+        _print(args, client.request("DELETE", f"/v1/jobs/{args.job_id}"),
+               [(args.job_id, "deleted")], ("id", "state"))
+    elif action == "backfill":
+        result = client.request("POST", f"/v1/jobs/{args.job_id}/backfill",
+                                json={"start": args.start, "end": args.end}, retries=3)
+        if not args.json:
+            print(f"backfill {result['request_key']}: {result['count']} occurrences "
+                  f"({result['created']} new)", file=sys.stderr)
+        _print(args, result, [(o,) for o in result["occurrence_ids"]], ("occurrence",))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from raftcron.client import ApiError
+
+    try:
+        st = _client(args).request("GET", "/v1/cluster", retries=2)
+    except ApiError as e:
+        return _fail(str(e))
+    rows = [(st["node_id"], st["role"], str(st["term"]), str(st["epoch"]),
+             str(st["leader_id"]), str(st["commit_index"]), str(st["last_applied_index"]))]
+    rows += [(p["id"], "peer", "", "", "", "", "reachable" if p["reachable"] else "unreachable")
+             for p in st["peers"]]
+    _print(args, st, rows, ("node", "role", "term", "epoch", "leader", "commit", "applied"))
+    return 0
+
+
+# --- parser ------------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"raftcron: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="raftcron", description="A distributed cron on three Raft nodes.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sp = sub.add_parser("schedule", help="schedule tools")
+    ssub = sp.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
+    pv = ssub.add_parser("preview", help="print the next fire instants of a cron expression")
+    pv.add_argument("--cron", required=True)
+    pv.add_argument("--tz", default="UTC")
+    pv.add_argument("--dst-gap", default="auto")
+    pv.add_argument("--dst-fold", default="auto")
+    pv.add_argument("--start", help="ISO 8601 instant (default: now)")
+    pv.add_argument("--count", type=int, default=10)
+    pv.add_argument("--job-id", default="preview", help="job id used for H values")
+    pv.add_argument("--json", action="store_true")
+    pv.set_defaults(func=cmd_schedule_preview)
+
+    np_ = sub.add_parser("node", help="run one cluster node")
+    np_.add_argument("--config", required=True)
+    np_.add_argument("--id")
+    np_.add_argument("--http-port", type=int)
+    np_.add_argument("--raft-addr")
+    np_.add_argument("--data-dir")
+    np_.add_argument("--secret-file")
+    np_.add_argument("--log-level", default="INFO")
+    np_.set_defaults(func=cmd_node)
+
+    up = sub.add_parser("up", help="run a local cluster with a worker in the foreground")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--data-dir", default=".raftcron")
+    up.add_argument("--port-base", type=int, default=8700)
+    up.add_argument("--workers", type=int, default=1)
+    up.set_defaults(func=cmd_up)
+
+    wp = sub.add_parser("worker", help="run a worker that pulls runs over HTTP")
+    wp.add_argument("--server", default=DEFAULT_SERVER, help="URL[,URL...]")
+    wp.add_argument("--queues", default="default")
+    wp.add_argument("--concurrency", type=int, default=4)
+    wp.add_argument("--id")
+    wp.add_argument("--log-level", default="INFO")
+    wp.set_defaults(func=cmd_worker)
+
+    jp = sub.add_parser("job", help="manage jobs through the API")
+    jsub = jp.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for name in ("add", "list", "show", "edit", "pause", "resume", "trigger", "rm", "backfill"):
+        a = jsub.add_parser(name)
+        a.add_argument("--server", default=DEFAULT_SERVER)
+        a.add_argument("--json", action="store_true")
+        if name != "list":
+            a.add_argument("job_id")
+        if name in ("add", "edit"):
+            a.add_argument("--file", help="job JSON")
+            a.add_argument("--cron")
+            a.add_argument("--tz")
+            a.add_argument("--shell")
+            a.add_argument("--url")
+            a.add_argument("--method", default="POST")
+            a.add_argument("--misfire-policy", dest="misfire_policy")
+            a.add_argument("--overlap-policy", dest="overlap_policy")
+            a.add_argument("--max-attempts", dest="max_attempts", type=int)
+            a.add_argument("--max-runtime-s", dest="max_runtime_s", type=int)
+            a.add_argument("--deadline-s", dest="deadline_s", type=int)
+            a.add_argument("--queue")
+            a.add_argument("--tenant")
+        if name == "trigger":
+            a.add_argument("--key", help="Idempotency-Key")
+            a.add_argument("--override-overlap", action="store_true")
+        if name == "backfill":
+            a.add_argument("--start", required=True)
+            a.add_argument("--end", required=True)
+        a.set_defaults(func=cmd_job)
+
+    st = sub.add_parser("status", help="cluster status")
+    st.add_argument("--server", default=DEFAULT_SERVER)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)

@@ -1,0 +1,239 @@
+"""Replicated commands and their versioned JSON codec.
+
+Each command carries everything `apply` needs: the proposer's `now_ms`, ids, and for
+leader-only commands the proposer's `epoch`. `apply` never reads a clock.
+Client commands carry a `request_id`: a retried proposal whose first outcome was
+unknown (leader change) returns the stored result instead of applying twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+CODEC_VERSION = 1
+
+
+class UndecodableCommand(Exception):
+    """A log entry this build cannot decode: the node must stop rather than diverge."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    TYPE: ClassVar[str] = ""
+    LEADER_ONLY: ClassVar[bool] = False
+
+    def args(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# --- client commands ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PutJob(Command):
+    TYPE: ClassVar[str] = "put_job"
+    request_id: str
+    now_ms: int
+    job: dict[str, Any]
+    create: bool
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteJob(Command):
+    TYPE: ClassVar[str] = "delete_job"
+    request_id: str
+    now_ms: int
+    job_id: str
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PauseJob(Command):
+    TYPE: ClassVar[str] = "pause_job"
+    request_id: str
+    now_ms: int
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeJob(Command):
+    TYPE: ClassVar[str] = "resume_job"
+    request_id: str
+    now_ms: int
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerManual(Command):
+    TYPE: ClassVar[str] = "trigger_manual"
+    request_id: str
+    now_ms: int
+    job_id: str
+    idempotency_key: str
+    override_overlap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill(Command):
+    TYPE: ClassVar[str] = "backfill"
+    request_id: str
+    now_ms: int
+    job_id: str
+    request_key: str
+    instants_ms: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier(Command):
+    """A no-op whose application proves this node has applied everything before it."""
+
+    TYPE: ClassVar[str] = "barrier"
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prune(Command):
+    TYPE: ClassVar[str] = "prune"
+    request_id: str
+    now_ms: int
+    before_ms: int
+    limit: int = 10_000
+
+
+# --- leader-only commands ----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class BeginEpoch(Command):
+    TYPE: ClassVar[str] = "begin_epoch"
+    term: int
+    node_id: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim(Command):
+    """Record decisions for nominal instants.
+
+    items: [job_id, job_version, scheduled_for_ms, dispatch_at_ms, decision] where
+    decision is "fire", "misfire" or "paused" (see core.policy).
+    """
+
+    TYPE: ClassVar[str] = "claim"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    items: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease(Command):
+    TYPE: ClassVar[str] = "lease"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    worker_id: str
+    attempt_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep(Command):
+    """Expire leases whose heartbeat deadline or max runtime passed as of `now_ms`."""
+
+    TYPE: ClassVar[str] = "sweep"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    attempt_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseAlert(Command):
+    TYPE: ClassVar[str] = "raise_alert"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    alert_id: str
+    kind: str
+    job_id: str | None = None
+    occurrence_id: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveAlert(Command):
+    TYPE: ClassVar[str] = "resolve_alert"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    alert_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutbox(Command):
+    TYPE: ClassVar[str] = "ack_outbox"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    outbox_id: int
+    delivered: bool
+    error: str = ""
+
+
+# --- worker commands (any node) ----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Command):
+    TYPE: ClassVar[str] = "heartbeat"
+    now_ms: int
+    worker_id: str
+    attempts: list[list[Any]] = field(default_factory=list)  # [[attempt_id, token], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Complete(Command):
+    TYPE: ClassVar[str] = "complete"
+    now_ms: int
+    worker_id: str
+    # [[attempt_id, token, outcome, exit_code, output], ...]
+    completions: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Command):
+    """A worker hands back leases it will not run (graceful shutdown)."""
+
+    TYPE: ClassVar[str] = "release"
+    now_ms: int
+    worker_id: str
+    attempts: list[list[Any]] = field(default_factory=list)  # [[attempt_id, token], ...]
+
+
+COMMAND_TYPES: dict[str, type[Command]] = {
+    c.TYPE: c
+    for c in (
+        PutJob, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
+        BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert, AckOutbox,
+        Heartbeat, Complete, Release,
+    )
+}
+
+
+def encode(cmd: Command) -> bytes:
+    return json.dumps(
+        {"v": CODEC_VERSION, "t": cmd.TYPE, "a": cmd.args()}, separators=(",", ":")
+    ).encode()
+
+
+def decode(data: bytes) -> Command:
+    try:
+        obj = json.loads(data)
+        if obj["v"] != CODEC_VERSION:
+            raise UndecodableCommand(f"codec version {obj['v']} is not supported")
+        cls = COMMAND_TYPES[obj["t"]]
+        return cls(**obj["a"])
+    except UndecodableCommand:
+        raise
+    except Exception as e:  # noqa: BLE001 - any decoding failure is the same failure
+        raise UndecodableCommand(f"cannot decode command: {e!r}") from e

@@ -1,0 +1,239 @@
+"""The job definition: parsing and validation of client JSON into a frozen `Job`.
+
+Every error is a `ValidationError` naming the dotted field and the reason. A `Job` is
+stored as its canonical JSON (`Job.to_spec()`), which is what travels in commands.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from raftcron.core.errors import ValidationError
+from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
+from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
+
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+MISFIRE_POLICIES = ("skip", "run_once", "catch_up")
+OVERLAP_POLICIES = ("allow", "forbid", "replace", "buffer_one")
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+MAX_SHELL_LEN = 16_384
+MAX_BODY_LEN = 65_536
+
+_TOP_LEVEL = {
+    "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
+    "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
+    "heartbeat_timeout_s", "deadline_s", "target", "queue", "paused", "notify",
+}
+_SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    cron: str
+    timezone: str = "UTC"
+    dst_gap: str = "auto"
+    dst_fold: str = "auto"
+    jitter_s: int = 0
+    start_at_ms: int | None = None
+    end_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    schedule: Schedule
+    target: dict[str, Any]
+    tenant: str = "default"
+    version: int = 1
+    misfire_policy: str = "run_once"
+    misfire_grace_s: int = 60
+    catch_up_max: int = 100
+    overlap_policy: str = "allow"
+    max_runtime_s: int | None = None
+    max_attempts: int = 3
+    retry_backoff_s: int = 10
+    heartbeat_timeout_s: int = 30
+    deadline_s: int | None = None
+    queue: str = "default"
+    paused: bool = False
+    notify: tuple[str, ...] = field(default_factory=tuple)
+
+    def compiled(self) -> CronSchedule:
+        s = self.schedule
+        return compile_schedule(s.cron, s.timezone, s.dst_gap, s.dst_fold, hash_key=self.id)
+
+    def with_version(self, version: int) -> Job:
+        return replace(self, version=version)
+
+    def to_spec(self) -> dict[str, Any]:
+        """Canonical dict form (times as epoch ms), used inside commands and the DB."""
+        d = asdict(self)
+        d["notify"] = list(self.notify)
+        return d
+
+    @staticmethod
+    def from_spec(d: dict[str, Any]) -> Job:
+        d = dict(d)
+        d["schedule"] = Schedule(**d["schedule"])
+        d["notify"] = tuple(d.get("notify") or ())
+        return Job(**d)
+
+    def to_api(self) -> dict[str, Any]:
+        """The public JSON shape (times as ISO 8601)."""
+        d = self.to_spec()
+        sched = d["schedule"]
+        sched["start_at"] = ms_to_iso(sched.pop("start_at_ms"))
+        sched["end_at"] = ms_to_iso(sched.pop("end_at_ms"))
+        return d
+
+
+def _int(data: dict[str, Any], key: str, default: int | None, lo: int, hi: int,
+         prefix: str = "") -> int | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(prefix + key, "must be an integer")
+    if not lo <= value <= hi:
+        raise ValidationError(prefix + key, f"must be between {lo} and {hi}")
+    return value
+
+
+def _choice(data: dict[str, Any], key: str, default: str, choices: tuple[str, ...],
+            prefix: str = "") -> str:
+    value = data.get(key, default)
+    if value not in choices:
+        raise ValidationError(prefix + key, f"must be one of {', '.join(choices)}")
+    return value
+
+
+def _name(data: dict[str, Any], key: str, default: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValidationError(key, "must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    return value
+
+
+def parse_target(value: Any) -> dict[str, Any]:
+    """Validate an execution target: {"shell": "..."} or {"http": {...}}."""
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValidationError("target", 'must be {"shell": "..."} or {"http": {"url": ...}}')
+    if "shell" in value:
+        cmd = value["shell"]
+        if not isinstance(cmd, str) or not cmd.strip():
+            raise ValidationError("target.shell", "must be a non-empty command string")
+        if len(cmd) > MAX_SHELL_LEN or "\x00" in cmd:
+            raise ValidationError("target.shell", f"must be at most {MAX_SHELL_LEN} characters")
+        return {"shell": cmd}
+    if "http" in value:
+        http = value["http"]
+        if not isinstance(http, dict):
+            raise ValidationError("target.http", "must be an object with a url")
+        unknown = set(http) - {"url", "method", "headers", "body"}
+        if unknown:
+            raise ValidationError(f"target.http.{sorted(unknown)[0]}", "unknown field")
+        url = http.get("url")
+        if not isinstance(url, str) or len(url) > 2048:
+            raise ValidationError("target.http.url", "must be an http(s) URL")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValidationError("target.http.url", "must be an http(s) URL")
+        method = http.get("method", "POST")
+        if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
+            raise ValidationError("target.http.method", f"must be one of {', '.join(HTTP_METHODS)}")
+        headers = http.get("headers", {}) or {}
+        if not isinstance(headers, dict) or len(headers) > 50 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 256 and len(v) <= 4096
+            and "\n" not in k + v and "\r" not in k + v
+            for k, v in headers.items()
+        ):
+            raise ValidationError("target.http.headers", "must map header names to strings")
+        body = http.get("body")
+        if body is not None and (not isinstance(body, str) or len(body) > MAX_BODY_LEN):
+            raise ValidationError("target.http.body", f"must be a string of at most {MAX_BODY_LEN}")
+        return {"http": {"url": url, "method": method.upper(), "headers": headers, "body": body}}
+    raise ValidationError("target", 'must be {"shell": "..."} or {"http": {"url": ...}}')
+
+
+def parse_schedule(value: Any, job_id: str) -> Schedule:
+    if isinstance(value, str):
+        value = {"cron": value}
+    if not isinstance(value, dict):
+        raise ValidationError("schedule", 'must be an object such as {"cron": "0 9 * * *"}')
+    unknown = set(value) - _SCHEDULE_KEYS
+    if unknown:
+        raise ValidationError(f"schedule.{sorted(unknown)[0]}", "unknown field")
+    cron = value.get("cron")
+    if not isinstance(cron, str):
+        raise ValidationError("schedule.cron", "is required and must be a string")
+    tz = value.get("timezone", "UTC")
+    if not isinstance(tz, str):
+        raise ValidationError("schedule.timezone", "must be an IANA time zone name")
+    gap = value.get("dst_gap", "auto")
+    fold = value.get("dst_fold", "auto")
+    try:
+        compile_schedule(cron, tz, gap, fold, hash_key=job_id)
+    except ScheduleError as e:
+        raise ValidationError(e.field, e.message) from None
+    jitter = _int(value, "jitter_s", 0, 0, 3600, "schedule.")
+    start = value.get("start_at")
+    end = value.get("end_at")
+    start_ms = parse_iso_ms(start, "schedule.start_at") if start is not None else None
+    end_ms = parse_iso_ms(end, "schedule.end_at") if end is not None else None
+    if start_ms is not None and end_ms is not None and end_ms <= start_ms:
+        raise ValidationError("schedule.end_at", "must be after schedule.start_at")
+    return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms)
+
+
+def parse_job(data: Any, *, job_id: str | None = None) -> Job:
+    """Build a validated `Job` from client JSON. `job_id` (from the URL) wins over the body."""
+    if not isinstance(data, dict):
+        raise ValidationError("body", "must be a JSON object")
+    unknown = set(data) - _TOP_LEVEL
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "unknown field")
+    jid = data.get("id", job_id) if job_id is None else job_id
+    if data.get("id") not in (None, jid):
+        raise ValidationError("id", "does not match the job id in the URL")
+    if not isinstance(jid, str) or not JOB_ID_RE.match(jid):
+        raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
+    if "schedule" not in data:
+        raise ValidationError("schedule", "is required")
+    schedule = parse_schedule(data["schedule"], jid)
+    if "target" not in data:
+        raise ValidationError("target", "is required")
+    target = parse_target(data["target"])
+    paused = data.get("paused", False)
+    if not isinstance(paused, bool):
+        raise ValidationError("paused", "must be true or false")
+    notify = data.get("notify", [])
+    if not isinstance(notify, list) or len(notify) > 10:
+        raise ValidationError("notify", "must be a list of at most 10 webhook URLs")
+    for i, url in enumerate(notify):
+        if not isinstance(url, str) or len(url) > 2048 or urlsplit(url).scheme not in (
+            "http", "https"
+        ):
+            raise ValidationError(f"notify.{i}", "must be an http(s) URL")
+    return Job(
+        id=jid,
+        schedule=schedule,
+        target=target,
+        tenant=_name(data, "tenant", "default"),
+        version=1,
+        misfire_policy=_choice(data, "misfire_policy", "run_once", MISFIRE_POLICIES),
+        misfire_grace_s=_int(data, "misfire_grace_s", 60, 0, 86_400 * 7) or 0,
+        catch_up_max=_int(data, "catch_up_max", 100, 1, 10_000) or 1,
+        overlap_policy=_choice(data, "overlap_policy", "allow", OVERLAP_POLICIES),
+        max_runtime_s=_int(data, "max_runtime_s", None, 1, 86_400 * 7),
+        max_attempts=_int(data, "max_attempts", 3, 1, 100) or 1,
+        retry_backoff_s=_int(data, "retry_backoff_s", 10, 0, 86_400) or 0,
+        heartbeat_timeout_s=_int(data, "heartbeat_timeout_s", 30, 2, 3600) or 30,
+        deadline_s=_int(data, "deadline_s", None, 1, 86_400 * 7),
+        queue=_name(data, "queue", "default"),
+        paused=paused,
+        notify=tuple(notify),
+    )

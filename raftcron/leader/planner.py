@@ -1,0 +1,135 @@
+"""The ticker's brain: a heap of next fire instants and the claim items that are due.
+
+Pure apart from the clock value it is handed, so it is tested without Raft. The leader
+keeps one `TickPlanner` per epoch; the database stays the source of truth (it is
+reloaded whenever a claim is rejected or a job changes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftcron.core import policy
+from raftcron.core.schedule import CronSchedule, compile_schedule, jitter_offset_ms
+
+LOOKAHEAD_MS = 1000
+MAX_ITEMS_PER_CLAIM = 1000
+# A job that missed more instants than this (e.g. every second, cluster down for days) is
+# accounted for over several rounds, so one job cannot monopolise a tick.
+MAX_INSTANTS_PER_JOB_ROUND = 5000
+
+
+@dataclass
+class JobRecord:
+    id: str
+    version: int
+    paused: bool
+    watermark_ms: int
+    spec: dict[str, Any]
+    schedule: CronSchedule = field(init=False)
+    next_ms: int | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        s = self.spec["schedule"]
+        self.schedule = compile_schedule(
+            s["cron"], s["timezone"], s["dst_gap"], s["dst_fold"], hash_key=self.id
+        )
+        self.next_ms = self._next_after(self.watermark_ms)
+
+    @classmethod
+    def from_row(cls, row: tuple) -> JobRecord:
+        """row: (id, version, paused, watermark_ms, spec_json)"""
+        return cls(row[0], row[1], bool(row[2]), row[3], json.loads(row[4]))
+
+    def _next_after(self, after_ms: int) -> int | None:
+        s = self.spec["schedule"]
+        start = s.get("start_at_ms")
+        if start is not None and after_ms < start - 1:
+            after_ms = start - 1
+        # Instants are whole seconds: next_after(floor(after)) is > after as well.
+        nxt = self.schedule.next_after(after_ms // 1000)
+        if nxt is None:
+            return None
+        nxt_ms = nxt * 1000
+        end = s.get("end_at_ms")
+        if end is not None and nxt_ms > end:
+            return None
+        return nxt_ms
+
+
+class TickPlanner:
+    def __init__(self, lookahead_ms: int = LOOKAHEAD_MS) -> None:
+        self.lookahead_ms = lookahead_ms
+        self.jobs: dict[str, JobRecord] = {}
+        self._heap: list[tuple[int, str, int]] = []  # (next_ms, job_id, version)
+
+    def upsert(self, rec: JobRecord) -> None:
+        self.jobs[rec.id] = rec
+        if rec.next_ms is not None:
+            heapq.heappush(self._heap, (rec.next_ms, rec.id, rec.version))
+
+    def remove(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+
+    def next_wakeup_ms(self) -> int | None:
+        """When the next claim is due (the next instant minus the lookahead)."""
+        while self._heap:
+            next_ms, job_id, version = self._heap[0]
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.version != version or rec.next_ms != next_ms:
+                heapq.heappop(self._heap)  # stale entry
+                continue
+            return next_ms - self.lookahead_ms
+        return None
+
+    def due(self, now_ms: int, limit: int = 100_000) -> list[list[Any]]:
+        """Claim items for every instant at or before now + lookahead, with decisions.
+
+        Advances each job's watermark in memory as if the claim succeeded; the caller
+        reloads a job from the database if its claim is rejected.
+        """
+        horizon = now_ms + self.lookahead_ms
+        items: list[list[Any]] = []
+        while self._heap and self._heap[0][0] <= horizon and len(items) < limit:
+            next_ms, job_id, version = heapq.heappop(self._heap)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.version != version or rec.next_ms != next_ms:
+                continue
+            items.extend(self._job_items(rec, now_ms, horizon))
+            if rec.next_ms is not None:
+                heapq.heappush(self._heap, (rec.next_ms, rec.id, rec.version))
+        return items
+
+    def _job_items(self, rec: JobRecord, now_ms: int, horizon: int) -> list[list[Any]]:
+        instants: list[int] = []
+        t = rec.next_ms
+        while t is not None and t <= horizon and len(instants) < MAX_INSTANTS_PER_JOB_ROUND:
+            instants.append(t)
+            t = rec._next_after(t)
+        rec.next_ms = t
+        if not instants:
+            return []
+        rec.watermark_ms = instants[-1]
+        spec = rec.spec
+        grace_ms = spec["misfire_grace_s"] * 1000
+        if rec.paused:
+            plan = [(i, policy.SKIP_PAUSED) for i in instants]
+        elif t is not None and now_ms - t > grace_ms:
+            # More missed instants follow in a later round: the ones to fire (the latest)
+            # are there, so everything in this round is a misfire.
+            plan = [(i, policy.SKIP_MISFIRE) for i in instants]
+        else:
+            plan = policy.plan_misfires(
+                instants, now_ms, spec["misfire_policy"], spec["misfire_grace_s"],
+                spec["catch_up_max"],
+            )
+        jitter_s = spec["schedule"].get("jitter_s", 0)
+        return [
+            [rec.id, rec.version, t_ms,
+             t_ms + jitter_offset_ms(rec.id, t_ms // 1000, jitter_s) if jitter_s else t_ms,
+             decision]
+            for t_ms, decision in plan
+        ]

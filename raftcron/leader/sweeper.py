@@ -1,0 +1,44 @@
+"""The sweeper: expires leases whose heartbeat stopped or whose max runtime passed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+
+from raftcron.cluster.proposer import Proposer
+from raftcron.core.commands import Sweep
+from raftcron.leader.ticker import LostEpoch, now_ms
+
+SWEEP_PERIOD_S = 0.5
+
+
+class Sweeper:
+    def __init__(self, epoch: int, proposer: Proposer,
+                 open_reader: Callable[[], sqlite3.Connection],
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.epoch = epoch
+        self.proposer = proposer
+        self.open_reader = open_reader
+        self.clock = clock
+
+    def _candidates(self, conn: sqlite3.Connection, now: int) -> list[str]:
+        return [r[0] for r in conn.execute(
+            "SELECT id FROM attempts WHERE status = 'running' AND "
+            "(lease_expires_ms < ? OR runtime_deadline_ms <= ?) ORDER BY id LIMIT 1000",
+            (now, now),
+        )]
+
+    async def run(self) -> None:
+        conn = self.open_reader()
+        try:
+            while True:
+                now = self.clock()
+                ids = self._candidates(conn, now)
+                if ids:
+                    result = await self.proposer.propose_leader(Sweep(self.epoch, now, ids))
+                    if not result.get("ok"):
+                        raise LostEpoch(result.get("message", "sweep refused"))
+                await asyncio.sleep(SWEEP_PERIOD_S)
+        finally:
+            conn.close()

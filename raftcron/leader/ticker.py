@@ -1,0 +1,114 @@
+"""The ticker: claims due occurrences, one batched command per ≤1,000 instants.
+
+Runs only on the leader, only after its `begin_epoch` applied, and is cancelled the
+moment leadership or the term changes. It reads the clock only to stamp `now` into the
+Claim command; what was claimed is decided at apply time by the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+
+from raftcron.cluster.proposer import Proposer
+from raftcron.core.commands import Claim
+from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
+
+log = logging.getLogger("raftcron.ticker")
+
+JOB_ROW_SQL = "SELECT id, version, paused, watermark_ms, spec FROM jobs"
+MAX_SLEEP_S = 1.0
+
+
+class LostEpoch(Exception):
+    """A leader command came back `stale_epoch`: a newer leader exists."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Ticker:
+    def __init__(
+        self,
+        epoch: int,
+        proposer: Proposer,
+        open_reader: Callable[[], sqlite3.Connection],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.epoch = epoch
+        self.proposer = proposer
+        self.open_reader = open_reader
+        self.clock = clock
+        self.planner = TickPlanner()
+        self.changed_jobs: set[str] = set()
+        self.wakeup = asyncio.Event()
+        self.last_tick_ms: int | None = None
+        self.claims = 0
+
+    def notify_jobs_changed(self, job_ids: set[str]) -> None:
+        """Called on the event loop when applied commands touched these jobs."""
+        self.changed_jobs |= job_ids
+        self.wakeup.set()
+
+    def _load(self, job_ids: set[str] | None) -> list[JobRecord]:
+        conn = self.open_reader()
+        try:
+            if job_ids is None:
+                rows = conn.execute(JOB_ROW_SQL).fetchall()
+            else:
+                ids = sorted(job_ids)
+                rows = []
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i : i + 500]
+                    rows += conn.execute(
+                        f"{JOB_ROW_SQL} WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                    ).fetchall()
+            return [JobRecord.from_row(r) for r in rows]
+        finally:
+            conn.close()
+
+    async def _reload(self, job_ids: set[str] | None) -> None:
+        records = await asyncio.to_thread(self._load, job_ids)
+        if job_ids is not None:
+            for job_id in job_ids:
+                self.planner.remove(job_id)
+        for rec in records:
+            self.planner.upsert(rec)
+
+    async def run(self) -> None:
+        await self._reload(None)
+        log.info("ticker started for epoch %d with %d jobs", self.epoch, len(self.planner.jobs))
+        while True:
+            if self.changed_jobs:
+                changed, self.changed_jobs = self.changed_jobs, set()
+                await self._reload(changed)
+            await self.tick_once()
+            wake = self.planner.next_wakeup_ms()
+            delay = MAX_SLEEP_S if wake is None else (wake - self.clock()) / 1000
+            self.wakeup.clear()
+            if delay > 0 and not self.changed_jobs:
+                try:
+                    await asyncio.wait_for(self.wakeup.wait(), min(delay, MAX_SLEEP_S))
+                except TimeoutError:
+                    pass
+
+    async def tick_once(self) -> None:
+        now = self.clock()
+        items = self.planner.due(now)
+        for i in range(0, len(items), MAX_ITEMS_PER_CLAIM):
+            chunk = items[i : i + MAX_ITEMS_PER_CLAIM]
+            result = await self.proposer.propose_leader(Claim(self.epoch, now, chunk))
+            if not result.get("ok"):
+                if result.get("rejected") == "stale_epoch":
+                    raise LostEpoch(result.get("message", ""))
+                raise RuntimeError(f"claim refused: {result}")
+            self.claims += 1
+            stale = {job_id for job_id, _, reason in result["rejected_items"]
+                     if reason != "already_claimed"}
+            if stale:
+                self.changed_jobs |= stale
+        self.last_tick_ms = now

@@ -1,0 +1,223 @@
+"""Composition root of one node: SQLite state, Raft, leader duties and the HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from raftcron.cluster.proposer import ProposalError, Proposer
+from raftcron.cluster.raft import RaftNode
+from raftcron.config import NodeConfig
+from raftcron.core import commands as c
+from raftcron.leader.duties import LeaderDuties
+from raftcron.state import db
+from raftcron.state.machine import StateMachine
+
+log = logging.getLogger("raftcron.node")
+
+JOB_COMMANDS = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob)
+WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
+                 c.PutJob, c.ResumeJob)
+MAX_CLOCK_BEHIND_MS = 2000
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        os.makedirs(config.data_dir, exist_ok=True)
+        password = config.read_secret()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.apply_lock = threading.Lock()
+        self.writer = db.open_writer(config.db_path)
+        self.machine = StateMachine(self.writer, listener=self._on_applied)
+        self.by_raft_addr = {p.raft_addr: p for p in config.peers}
+        # Constructed on the main thread: its tick thread dies with the constructing thread.
+        self.raft = RaftNode(
+            config.raft_addr, [p.raft_addr for p in config.peers], self.machine,
+            config.data_dir, password, self.apply_lock, config.raft_overrides,
+        )
+        self.proposer: Proposer | None = None
+        self.duties: LeaderDuties | None = None
+        self._role: tuple[bool, int] = (False, 0)
+        self._beginning: int | None = None
+        self.started_monotonic = time.monotonic()
+        self.skew_blocked = False
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def open_reader(self) -> sqlite3.Connection:
+        return db.open_reader(self.config.db_path)
+
+    def leader_id(self) -> str | None:
+        if self.raft.is_leader():
+            return self.config.node_id
+        addr = self.raft.leader_addr()
+        peer = self.by_raft_addr.get(addr) if addr else None
+        return peer.id if peer else None
+
+    def leader_http_url(self) -> str | None:
+        if self.raft.is_leader():
+            return self.config.http_url
+        addr = self.raft.leader_addr()
+        peer = self.by_raft_addr.get(addr) if addr else None
+        return peer.http_url if peer else None
+
+    def raft_status(self) -> dict[str, Any]:
+        for _ in range(3):
+            try:
+                return self.raft.getStatus()
+            except RuntimeError:  # a dict changed size under the tick thread; read again
+                continue
+        return {}
+
+    def status(self) -> dict[str, Any]:
+        st = self.raft_status()
+        with self.apply_lock:
+            applied = db.last_applied(self.writer)
+            epoch = db.get_meta(self.writer, db.META_EPOCH)
+        peers = []
+        for p in self.config.peers:
+            connected = st.get(f"partner_node_status_server_{p.raft_addr}") == 2
+            peers.append({"id": p.id, "raft_addr": p.raft_addr, "http_url": p.http_url,
+                          "reachable": connected})
+        is_leader = self.raft.is_leader()
+        ticker = self.duties.ticker if self.duties else None
+        return {
+            "node_id": self.config.node_id,
+            "role": "leader" if is_leader else ("follower" if self.leader_id() else "candidate"),
+            "term": st.get("raft_term", self.raft.term()),
+            "epoch": epoch,
+            "leader_id": self.leader_id(),
+            "leader_url": self.leader_http_url(),
+            "commit_index": st.get("commit_idx"),
+            "raft_last_applied": st.get("last_applied"),
+            "last_applied_index": applied,
+            "has_quorum": st.get("has_quorum"),
+            "ready": bool(self.raft.isReady()),
+            "leader_duties": bool(self.duties and not self.duties.stopped),
+            "last_tick_ms": ticker.last_tick_ms if ticker else None,
+            "clock_blocked": self.skew_blocked,
+            "peers": peers,
+        }
+
+    # --- tick-thread hooks -----------------------------------------------------------------
+
+    def _on_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
+        loop = self.loop
+        if loop is None or not result.get("ok"):
+            return
+        loop.call_soon_threadsafe(self._handle_applied, cmd)
+
+    def _handle_applied(self, cmd: c.Command) -> None:
+        duties = self.duties
+        if duties is None or duties.stopped:
+            return
+        if isinstance(cmd, JOB_COMMANDS):
+            duties.ticker.notify_jobs_changed({cmd.job_id if hasattr(cmd, "job_id")
+                                               else cmd.job["id"]})  # type: ignore[attr-defined]
+        if isinstance(cmd, WORK_COMMANDS):
+            duties.dispatcher.notify()
+
+    def _on_tick(self) -> None:
+        role = (self.raft.is_leader(), self.raft.term())
+        if role != self._role:
+            self._role = role
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(self._role_changed, role)
+
+    # --- leadership ----------------------------------------------------------------------
+
+    def _role_changed(self, role: tuple[bool, int]) -> None:
+        is_leader, term = role
+        if self.duties and (not is_leader or term != self.duties.epoch):
+            log.info("stopping leader duties of epoch %d", self.duties.epoch)
+            self.duties.stop()
+            self.duties = None
+        if is_leader and self.duties is None and self._beginning != term:
+            self._beginning = term
+            asyncio.get_running_loop().create_task(self._begin_epoch(term))
+
+    async def _begin_epoch(self, term: int) -> None:
+        assert self.proposer is not None
+        try:
+            result = await self.proposer.propose_leader(
+                c.BeginEpoch(term, self.config.node_id, int(time.time() * 1000))
+            )
+        except ProposalError as e:
+            log.info("begin_epoch(%d) not committed: %s", term, e.message)
+            self._beginning = None
+            return
+        if not result.get("ok") and result.get("epoch") != term:
+            log.info("begin_epoch(%d) rejected: %s", term, result.get("message"))
+            self._beginning = None
+            return
+        if self._role != (True, term):
+            self._beginning = None
+            return
+        clock_ms = result.get("clock_ms", 0)
+        while int(time.time() * 1000) < clock_ms - MAX_CLOCK_BEHIND_MS:
+            # Time never goes backwards in the state: a leader whose clock is behind the
+            # newest committed time must not tick until it catches up.
+            if not self.skew_blocked:
+                log.error("clock is %d ms behind the cluster; not ticking",
+                          clock_ms - int(time.time() * 1000))
+            self.skew_blocked = True
+            await asyncio.sleep(0.5)
+            if self._role != (True, term):
+                self._beginning = None
+                return
+        self.skew_blocked = False
+        self._beginning = None
+        log.info("epoch %d begins on %s", term, self.config.node_id)
+        self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited)
+        self.duties.start()
+
+    def _duties_exited(self, duties: LeaderDuties, exc: BaseException | None) -> None:
+        if self.duties is duties:
+            self.duties = None
+        # Still leader in the same term (e.g. a transient proposal timeout): begin again.
+        if self._role[0] and self._role[1] == duties.epoch and self._beginning is None:
+            self._beginning = duties.epoch
+            asyncio.get_running_loop().call_later(
+                0.2, lambda: asyncio.ensure_future(self._begin_epoch(duties.epoch))
+            )
+
+    # --- run -----------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        from raftcron.api.app import create_app
+
+        self.loop = asyncio.get_running_loop()
+        self.proposer = Proposer(self.raft, self.loop)
+        self.raft.on_tick(self._on_tick)
+        app = create_app(self)
+        config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
+                                log_level="warning", lifespan="on", access_log=False)
+        server = uvicorn.Server(config)
+        try:
+            await server.serve()
+        finally:
+            if self.duties:
+                self.duties.stop()
+
+    def close(self) -> None:
+        try:
+            self.raft.destroy()
+        finally:
+            with self.apply_lock:
+                self.writer.close()
+
+
+def run_node(config: NodeConfig) -> None:
+    node = Node(config)
+    try:
+        asyncio.run(node.serve())
+    finally:
+        node.close()

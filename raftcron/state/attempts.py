@@ -1,0 +1,264 @@
+"""Attempt aggregate: leases with fencing tokens, heartbeats, completions, sweeps, retries."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from raftcron.core import errors, identity, policy
+from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
+from raftcron.core.timefmt import ms_to_iso
+from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.db import META_FENCING_SEQ
+
+ATT_COLS = (
+    "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
+    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code"
+)
+(A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
+ A_RUNTIME, A_CANCEL, A_EXIT) = range(13)
+
+TERMINAL = ("succeeded", "failed", "lost", "timed_out", "cancelled")
+
+
+def _load(conn: sqlite3.Connection, attempt_id: str) -> tuple | None:
+    return conn.execute(f"SELECT {ATT_COLS} FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+
+
+def _job_spec(conn: sqlite3.Connection, job_id: str, cache: dict[str, Any]) -> dict | None:
+    if job_id not in cache:
+        row = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        cache[job_id] = json.loads(row[0]) if row else None
+    return cache[job_id]
+
+
+def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
+    """Hand pending attempts to a worker, each with a fresh, strictly increasing token."""
+    conn = ctx.conn
+    seq = ctx.meta(META_FENCING_SEQ)
+    specs: dict[str, Any] = {}
+    running_now: dict[str, int] = {}
+    leases: list[dict[str, Any]] = []
+    for attempt_id in cmd.attempt_ids:
+        att = _load(conn, attempt_id)
+        if att is None or att[A_STATUS] != "pending" or att[A_NOT_BEFORE] > cmd.now_ms:
+            continue
+        spec = _job_spec(conn, att[A_JOB], specs)
+        if spec is None:
+            continue
+        if policy.exclusive(spec["overlap_policy"]):
+            if att[A_JOB] not in running_now:
+                running_now[att[A_JOB]] = conn.execute(
+                    "SELECT count(*) FROM attempts WHERE job_id = ? AND status = 'running'",
+                    (att[A_JOB],),
+                ).fetchone()[0]
+            if running_now[att[A_JOB]] > 0:
+                continue
+            running_now[att[A_JOB]] += 1
+        seq += 1
+        token = identity.fencing_token(cmd.epoch, seq)
+        timeout_ms = spec["heartbeat_timeout_s"] * 1000
+        runtime = spec.get("max_runtime_s")
+        conn.execute(
+            "UPDATE attempts SET status = 'running', worker_id = ?, fencing_token = ?, "
+            "leased_ms = ?, heartbeat_ms = ?, lease_expires_ms = ?, runtime_deadline_ms = ? "
+            "WHERE id = ?",
+            (cmd.worker_id, token, cmd.now_ms, cmd.now_ms, cmd.now_ms + timeout_ms,
+             cmd.now_ms + runtime * 1000 if runtime else None, attempt_id),
+        )
+        occ = conn.execute(
+            "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ? "
+            "RETURNING scheduled_for_ms, kind",
+            (att[A_NUM], att[A_OCC]),
+        ).fetchone()
+        leases.append({
+            "attempt_id": attempt_id,
+            "occurrence_id": att[A_OCC],
+            "job_id": att[A_JOB],
+            "scheduled_for": ms_to_iso(occ[0]),
+            "kind": occ[1],
+            "attempt": att[A_NUM],
+            "fencing_token": token,
+            "idempotency_key": att[A_OCC],
+            "target": spec["target"],
+            "max_runtime_s": runtime,
+            "heartbeat_interval_s": max(1, spec["heartbeat_timeout_s"] // 3),
+        })
+    ctx.set_meta(META_FENCING_SEQ, seq)
+    return ok(leases=leases)
+
+
+def _check_holder(att: tuple | None, token: Any, worker_id: str) -> dict[str, Any] | None:
+    if att is None:
+        return rejected(errors.NOT_FOUND, "no such attempt")
+    if att[A_TOKEN] is None or att[A_TOKEN] != token:
+        return rejected(errors.STALE_TOKEN, "the fencing token is not the attempt's current one")
+    if att[A_WORKER] != worker_id:
+        return rejected(errors.FOREIGN_LEASE, "the attempt is leased to another worker")
+    return None
+
+
+def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
+    conn = ctx.conn
+    results = []
+    for attempt_id, token in cmd.attempts:
+        att = _load(conn, attempt_id)
+        bad = _check_holder(att, token, cmd.worker_id)
+        if bad is not None:
+            results.append({"attempt_id": attempt_id, **bad})
+            continue
+        assert att is not None
+        if att[A_STATUS] == "timed_out":
+            results.append({"attempt_id": attempt_id, **ok(cancel=True)})
+            continue
+        if att[A_STATUS] != "running":
+            results.append({"attempt_id": attempt_id, **rejected(
+                errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")})
+            continue
+        window = att[A_EXPIRES] - att[A_HB]
+        conn.execute(
+            "UPDATE attempts SET heartbeat_ms = ?, lease_expires_ms = ? WHERE id = ?",
+            (max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES]), attempt_id),
+        )
+        results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
+    return ok(results=results)
+
+
+def _finish_occurrence(ctx: ApplyContext, occ_id: str, status: str, now_ms: int,
+                       reason: str | None = None) -> None:
+    ctx.conn.execute(
+        "UPDATE occurrences SET status = ?, reason = coalesce(?, reason), finished_ms = ? "
+        "WHERE id = ?",
+        (status, reason, now_ms, occ_id),
+    )
+
+
+def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
+                  why: str) -> None:
+    """After an attempt ended badly: schedule the next attempt, or end the occurrence."""
+    conn = ctx.conn
+    occ_id = att[A_OCC]
+    if spec is None:
+        _finish_occurrence(ctx, occ_id, "cancelled", now_ms, "job deleted")
+        return
+    number = att[A_NUM]
+    if policy.should_retry(number, spec["max_attempts"]):
+        delay = policy.retry_delay_ms(spec["retry_backoff_s"], number, att[A_ID])
+        occ = conn.execute(
+            "SELECT tenant, queue FROM occurrences WHERE id = ?", (occ_id,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO attempts (id, occurrence_id, job_id, tenant, queue, number, status, "
+            "not_before_ms, created_ms) VALUES (?,?,?,?,?,?,'pending',?,?)",
+            (identity.attempt_id(occ_id, number + 1), occ_id, att[A_JOB], occ[0], occ[1],
+             number + 1, now_ms + delay, now_ms),
+        )
+        conn.execute(
+            "UPDATE occurrences SET status = 'pending', attempts = ? WHERE id = ?",
+            (number + 1, occ_id),
+        )
+        return
+    _finish_occurrence(ctx, occ_id, "failed", now_ms, why)
+    ctx.enqueue_outbox(
+        "occurrence.failed",
+        {"job_id": att[A_JOB], "occurrence_id": occ_id, "attempts": number, "reason": why},
+        now_ms,
+    )
+
+
+def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
+    conn = ctx.conn
+    specs: dict[str, Any] = {}
+    results = []
+    for attempt_id, token, outcome, exit_code, output in cmd.completions:
+        att = _load(conn, attempt_id)
+        bad = _check_holder(att, token, cmd.worker_id)
+        if bad is not None:
+            results.append({"attempt_id": attempt_id, **bad})
+            continue
+        assert att is not None
+        status = att[A_STATUS]
+        if status in ("succeeded", "failed", "cancelled"):
+            same = (status == outcome or (status == "cancelled" and outcome == "failed")) and (
+                att[A_EXIT] == exit_code
+            )
+            if same:
+                results.append({"attempt_id": attempt_id, **ok(status=status, duplicate=True)})
+            else:
+                results.append({"attempt_id": attempt_id, **rejected(
+                    errors.CONFLICT, f"the attempt already ended as {status}")})
+            continue
+        if status != "running":
+            results.append({"attempt_id": attempt_id, **rejected(
+                errors.LEASE_EXPIRED, f"the lease ended: attempt is {status}")})
+            continue
+        final = outcome
+        if outcome == "failed" and att[A_CANCEL]:
+            final = "cancelled"
+        conn.execute(
+            "UPDATE attempts SET status = ?, finished_ms = ?, exit_code = ?, output = ? "
+            "WHERE id = ?",
+            (final, cmd.now_ms, exit_code, output, attempt_id),
+        )
+        if final == "succeeded":
+            _finish_occurrence(ctx, att[A_OCC], "succeeded", cmd.now_ms)
+        elif final == "cancelled":
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
+        else:
+            spec = _job_spec(conn, att[A_JOB], specs)
+            retry_or_fail(ctx, att, spec, cmd.now_ms, f"exit code {exit_code}")
+        results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
+    return ok(results=results)
+
+
+def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
+    """Re-check each candidate at apply time: a heartbeat ordered before the sweep wins."""
+    conn = ctx.conn
+    specs: dict[str, Any] = {}
+    lost: list[str] = []
+    timed_out: list[str] = []
+    for attempt_id in cmd.attempt_ids:
+        att = _load(conn, attempt_id)
+        if att is None or att[A_STATUS] != "running":
+            continue
+        if att[A_EXPIRES] < cmd.now_ms:
+            new_status, why = "lost", "heartbeat timeout"
+            lost.append(attempt_id)
+        elif att[A_RUNTIME] is not None and att[A_RUNTIME] <= cmd.now_ms:
+            new_status, why = "timed_out", "max runtime exceeded"
+            timed_out.append(attempt_id)
+        else:
+            continue
+        conn.execute(
+            "UPDATE attempts SET status = ?, finished_ms = ?, error = ?, cancel_requested = 1 "
+            "WHERE id = ?",
+            (new_status, cmd.now_ms, why, attempt_id),
+        )
+        spec = _job_spec(conn, att[A_JOB], specs)
+        retry_or_fail(ctx, att, spec, cmd.now_ms, why)
+    return ok(lost=lost, timed_out=timed_out)
+
+
+def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
+    """A worker hands a lease back unrun; the attempt is pending again and its token dies."""
+    conn = ctx.conn
+    results = []
+    for attempt_id, token in cmd.attempts:
+        att = _load(conn, attempt_id)
+        bad = _check_holder(att, token, cmd.worker_id)
+        if bad is None and att is not None and att[A_STATUS] != "running":
+            bad = rejected(errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")
+        if bad is not None:
+            results.append({"attempt_id": attempt_id, **bad})
+            continue
+        assert att is not None
+        conn.execute(
+            "UPDATE attempts SET status = 'pending', worker_id = NULL, fencing_token = NULL, "
+            "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "
+            "runtime_deadline_ms = NULL, not_before_ms = ? WHERE id = ?",
+            (cmd.now_ms, attempt_id),
+        )
+        conn.execute("UPDATE occurrences SET status = 'pending' WHERE id = ?", (att[A_OCC],))
+        results.append({"attempt_id": attempt_id, **ok()})
+    return ok(results=results)

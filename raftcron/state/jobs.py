@@ -1,0 +1,110 @@
+"""Job aggregate: create, edit, delete, pause, resume."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from raftcron.core import errors
+from raftcron.core.commands import DeleteJob, PauseJob, PutJob, ResumeJob
+from raftcron.core.model import Job
+from raftcron.state.context import ApplyContext, ok, rejected
+
+JOB_COLUMNS = "id, tenant, version, spec, paused, queue, watermark_ms, created_ms, updated_ms"
+
+
+def load_job(conn: sqlite3.Connection, job_id: str) -> sqlite3.Row | tuple | None:
+    return conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+
+
+def job_summary(row: tuple) -> dict[str, Any]:
+    return {"job_id": row[0], "version": row[2], "paused": bool(row[4])}
+
+
+def spec_json(spec: dict[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
+    job = Job.from_spec(cmd.job)
+    row = load_job(ctx.conn, job.id)
+    if cmd.create:
+        if row is not None:
+            return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
+        spec = job.with_version(1).to_spec()
+        ctx.conn.execute(
+            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
+            (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,
+             cmd.now_ms, cmd.now_ms, cmd.now_ms),
+        )
+        return ok(job_id=job.id, version=1, created=True)
+    if row is None:
+        return rejected(errors.NOT_FOUND, f"job {job.id!r} does not exist", "id")
+    if cmd.expected_version is not None and row[2] != cmd.expected_version:
+        return rejected(
+            errors.VERSION_CONFLICT,
+            f"job {job.id!r} is at version {row[2]}, not {cmd.expected_version}",
+            "version", current_version=row[2],
+        )
+    if row[1] != job.tenant:
+        return rejected(errors.INVALID_STATE, "a job cannot move to another tenant", "tenant")
+    version = row[2] + 1
+    spec = job.with_version(version).to_spec()
+    # The watermark is kept: an edit takes effect from the next instant not yet claimed.
+    ctx.conn.execute(
+        "UPDATE jobs SET version = ?, spec = ?, paused = ?, queue = ?, updated_ms = ? "
+        "WHERE id = ?",
+        (version, spec_json(spec), int(job.paused), job.queue, cmd.now_ms, job.id),
+    )
+    return ok(job_id=job.id, version=version, created=False)
+
+
+def delete_job(ctx: ApplyContext, cmd: DeleteJob) -> dict[str, Any]:
+    row = load_job(ctx.conn, cmd.job_id)
+    if row is None:
+        return rejected(errors.NOT_FOUND, f"job {cmd.job_id!r} does not exist", "id")
+    if cmd.expected_version is not None and row[2] != cmd.expected_version:
+        return rejected(
+            errors.VERSION_CONFLICT,
+            f"job {cmd.job_id!r} is at version {row[2]}, not {cmd.expected_version}",
+            "version", current_version=row[2],
+        )
+    c = ctx.conn
+    c.execute("DELETE FROM jobs WHERE id = ?", (cmd.job_id,))
+    c.execute(
+        "UPDATE attempts SET status = 'cancelled', finished_ms = ?, error = 'job deleted' "
+        "WHERE job_id = ? AND status = 'pending'",
+        (cmd.now_ms, cmd.job_id),
+    )
+    c.execute(
+        "UPDATE attempts SET cancel_requested = 1 WHERE job_id = ? AND status = 'running'",
+        (cmd.job_id,),
+    )
+    c.execute(
+        "UPDATE occurrences SET status = 'cancelled', reason = 'job deleted', finished_ms = ? "
+        "WHERE job_id = ? AND status = 'pending'",
+        (cmd.now_ms, cmd.job_id),
+    )
+    return ok(job_id=cmd.job_id, deleted=True)
+
+
+def _set_paused(ctx: ApplyContext, job_id: str, paused: bool, now_ms: int) -> dict[str, Any]:
+    row = load_job(ctx.conn, job_id)
+    if row is None:
+        return rejected(errors.NOT_FOUND, f"job {job_id!r} does not exist", "id")
+    spec = json.loads(row[3])
+    spec["paused"] = paused
+    ctx.conn.execute(
+        "UPDATE jobs SET paused = ?, spec = ?, updated_ms = ? WHERE id = ?",
+        (int(paused), spec_json(spec), now_ms, job_id),
+    )
+    return ok(job_id=job_id, version=row[2], paused=paused)
+
+
+def pause_job(ctx: ApplyContext, cmd: PauseJob) -> dict[str, Any]:
+    return _set_paused(ctx, cmd.job_id, True, cmd.now_ms)
+
+
+def resume_job(ctx: ApplyContext, cmd: ResumeJob) -> dict[str, Any]:
+    return _set_paused(ctx, cmd.job_id, False, cmd.now_ms)

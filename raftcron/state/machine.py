@@ -1,0 +1,132 @@
+"""The replicated state machine: `apply(index, command) -> result` over SQLite.
+
+Every committed command is applied in ONE transaction that also records the applied log
+index, so replaying the log after a restart is idempotent. `apply` is deterministic: it
+never reads a clock or randomness; everything it needs travels in the command.
+
+A domain rejection is a returned dict (`{"ok": False, "rejected": code, ...}`), identical
+on every node. An exception escaping a handler is a bug or a broken invariant: the
+transaction is rolled back and the exception propagates, and the node must stop (see
+cluster.raft) rather than continue with a state the others may not have.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from raftcron.core import commands as c
+from raftcron.core import errors
+from raftcron.state import alerts, attempts, jobs, occurrences
+from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
+
+Handler = Callable[[ApplyContext, Any], dict[str, Any]]
+Listener = Callable[[c.Command, dict[str, Any]], None]
+
+
+def _begin_epoch(ctx: ApplyContext, cmd: c.BeginEpoch) -> dict[str, Any]:
+    current = ctx.meta(META_EPOCH)
+    if cmd.term <= current:
+        return rejected(errors.STALE_EPOCH, f"epoch {cmd.term} is not newer than {current}",
+                        epoch=current)
+    ctx.set_meta(META_EPOCH, cmd.term)
+    ctx.set_meta(META_FENCING_SEQ, 0)
+    ctx.conn.execute(
+        "INSERT INTO epochs (epoch, node_id, began_ms, log_index) VALUES (?, ?, ?, ?)",
+        (cmd.term, cmd.node_id, cmd.now_ms, ctx.index),
+    )
+    return ok(epoch=cmd.term, clock_ms=ctx.meta(META_CLOCK))
+
+
+def _barrier(ctx: ApplyContext, cmd: c.Barrier) -> dict[str, Any]:
+    return ok(index=ctx.index)
+
+
+HANDLERS: dict[type[c.Command], Handler] = {
+    c.PutJob: jobs.put_job,
+    c.DeleteJob: jobs.delete_job,
+    c.PauseJob: jobs.pause_job,
+    c.ResumeJob: jobs.resume_job,
+    c.TriggerManual: occurrences.trigger_manual,
+    c.Backfill: occurrences.backfill,
+    c.Barrier: _barrier,
+    c.Prune: alerts.prune,
+    c.BeginEpoch: _begin_epoch,
+    c.Claim: occurrences.claim,
+    c.Lease: attempts.lease,
+    c.Sweep: attempts.sweep,
+    c.RaiseAlert: alerts.raise_alert,
+    c.ResolveAlert: alerts.resolve_alert,
+    c.AckOutbox: alerts.ack_outbox,
+    c.Heartbeat: attempts.heartbeat,
+    c.Complete: attempts.complete,
+    c.Release: attempts.release,
+}
+assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a handler"
+
+DEDUPED = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual, c.Backfill, c.Prune)
+
+
+class StateMachine:
+    """Applies commands to one SQLite database. Only one thread may call `apply`."""
+
+    def __init__(self, conn: sqlite3.Connection, listener: Listener | None = None) -> None:
+        self.conn = conn
+        self.listener = listener
+
+    @property
+    def last_applied(self) -> int:
+        row = self.conn.execute(
+            "SELECT value FROM meta WHERE key = ?", (META_LAST_APPLIED,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def apply_bytes(self, index: int, data: bytes) -> dict[str, Any]:
+        return self.apply(index, c.decode(data))
+
+    def apply(self, index: int, cmd: c.Command) -> dict[str, Any]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ctx = ApplyContext(conn, index)
+            if index <= ctx.meta(META_LAST_APPLIED):
+                conn.execute("ROLLBACK")
+                return ok(replayed=True)
+            result = self._dispatch(ctx, cmd)
+            ctx.set_meta(META_LAST_APPLIED, index)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if self.listener is not None:
+            self.listener(cmd, result)
+        return result
+
+    def _dispatch(self, ctx: ApplyContext, cmd: c.Command) -> dict[str, Any]:
+        if cmd.LEADER_ONLY:
+            epoch = ctx.meta(META_EPOCH)
+            if cmd.epoch != epoch:  # type: ignore[attr-defined]
+                return rejected(
+                    errors.STALE_EPOCH,
+                    f"command from epoch {cmd.epoch} but the current epoch is {epoch}",  # type: ignore[attr-defined]
+                    epoch=epoch,
+                )
+            now = cmd.now_ms  # type: ignore[attr-defined]
+            if now > ctx.meta(META_CLOCK):
+                ctx.set_meta(META_CLOCK, now)
+        if isinstance(cmd, DEDUPED):
+            row = ctx.conn.execute(
+                "SELECT result FROM requests WHERE request_id = ?", (cmd.request_id,)
+            ).fetchone()
+            if row is not None:
+                return {**json.loads(row[0]), "replayed_request": True}
+            result = HANDLERS[type(cmd)](ctx, cmd)
+            ctx.conn.execute(
+                "INSERT INTO requests (request_id, result, applied_ms) VALUES (?, ?, ?)",
+                (cmd.request_id, json.dumps(result, sort_keys=True), cmd.now_ms),
+            )
+            return result
+        return HANDLERS[type(cmd)](ctx, cmd)

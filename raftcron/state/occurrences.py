@@ -1,0 +1,225 @@
+"""Occurrence aggregate: scheduled claims, manual triggers, backfills."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftcron.core import errors, identity, policy
+from raftcron.core.commands import Backfill, Claim, TriggerManual
+from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.db import META_EPOCH
+
+OCC_INSERT = (
+    "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
+    "dispatch_at_ms, job_version, status, reason, idempotency_key, request_key, attempts, "
+    "epoch, created_ms, finished_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+ATT_INSERT = (
+    "INSERT INTO attempts (id, occurrence_id, job_id, tenant, queue, number, status, "
+    "not_before_ms, created_ms) VALUES (?,?,?,?,?,?,'pending',?,?)"
+)
+
+
+@dataclass
+class JobView:
+    """What apply needs of a job row, parsed once per command."""
+
+    id: str
+    tenant: str
+    version: int
+    paused: bool
+    queue: str
+    watermark_ms: int
+    spec: dict[str, Any]
+    running: int | None = None
+    queued: int | None = None
+    new_watermark: int = field(default=0)
+
+    @property
+    def overlap_policy(self) -> str:
+        return self.spec["overlap_policy"]
+
+
+def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView]:
+    views: dict[str, JobView] = {}
+    ids = sorted(job_ids)
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(
+            "SELECT id, tenant, version, paused, queue, watermark_ms, spec FROM jobs "
+            f"WHERE id IN ({marks})",
+            chunk,
+        ):
+            views[row[0]] = JobView(
+                row[0], row[1], row[2], bool(row[3]), row[4], row[5], json.loads(row[6]),
+                new_watermark=row[5],
+            )
+    return views
+
+
+def _load_counts(conn: sqlite3.Connection, view: JobView) -> None:
+    if view.running is None:
+        running, queued = conn.execute(
+            "SELECT coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'pending'), 0) "
+            "FROM attempts WHERE job_id = ? AND status IN ('running', 'pending')",
+            (view.id,),
+        ).fetchone()
+        view.running, view.queued = int(running), int(queued)
+
+
+def overlap_for(conn: sqlite3.Connection, view: JobView) -> policy.OverlapDecision:
+    """Decide overlap for one new run and account for it in the view's counters."""
+    if view.overlap_policy == "allow":
+        return policy.OverlapDecision(run=True)
+    _load_counts(conn, view)
+    assert view.running is not None and view.queued is not None
+    decision = policy.decide_overlap(view.overlap_policy, view.running, view.queued)
+    if decision.run:
+        view.queued += 1
+    return decision
+
+
+def cancel_running(ctx: ApplyContext, job_id: str) -> None:
+    """`replace`: running attempts learn of the cancel through their heartbeat response."""
+    ctx.conn.execute(
+        "UPDATE attempts SET cancel_requested = 1 WHERE job_id = ? AND status = 'running'",
+        (job_id,),
+    )
+
+
+def occurrence_row(
+    occ_id: str, view: JobView, kind: str, scheduled_for: int, dispatch_at: int,
+    status: str, reason: str | None, epoch: int, now_ms: int,
+    idempotency_key: str | None = None, request_key: str | None = None,
+) -> tuple:
+    finished = now_ms if status == "skipped" else None
+    return (
+        occ_id, view.id, view.tenant, view.queue, kind, scheduled_for, dispatch_at,
+        view.version, status, reason, idempotency_key, request_key,
+        1 if status == "pending" else 0, epoch, now_ms, finished,
+    )
+
+
+def attempt_row(occ_id: str, view: JobView, not_before: int, now_ms: int) -> tuple:
+    return (
+        identity.attempt_id(occ_id, 1), occ_id, view.id, view.tenant, view.queue, 1,
+        not_before, now_ms,
+    )
+
+
+def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
+    """Record the leader's decision for each nominal instant, once per (job, instant)."""
+    conn = ctx.conn
+    views = load_views(conn, {item[0] for item in cmd.items})
+    occ_rows: list[tuple] = []
+    att_rows: list[tuple] = []
+    rejected_items: list[list[Any]] = []
+    fired = skipped = 0
+    for job_id, job_version, scheduled_for, dispatch_at, decision in cmd.items:
+        view = views.get(job_id)
+        if view is None:
+            rejected_items.append([job_id, scheduled_for, errors.NOT_FOUND])
+            continue
+        if view.version != job_version:
+            rejected_items.append([job_id, scheduled_for, errors.VERSION_CONFLICT])
+            continue
+        if scheduled_for <= view.new_watermark:
+            # Everything at or before the watermark is already accounted for.
+            rejected_items.append([job_id, scheduled_for, "already_claimed"])
+            continue
+        view.new_watermark = scheduled_for
+        occ_id = identity.scheduled_occurrence_id(job_id, scheduled_for)
+        reason: str | None = None
+        if decision == policy.FIRE and view.paused:
+            reason = policy.SKIP_PAUSED
+        elif decision != policy.FIRE:
+            reason = decision
+        else:
+            verdict = overlap_for(conn, view)
+            if not verdict.run:
+                reason = policy.SKIP_OVERLAP
+            elif verdict.cancel_running:
+                cancel_running(ctx, job_id)
+        status = "skipped" if reason else "pending"
+        occ_rows.append(occurrence_row(
+            occ_id, view, "scheduled", scheduled_for, dispatch_at, status, reason,
+            cmd.epoch, cmd.now_ms,
+        ))
+        if reason is None:
+            att_rows.append(attempt_row(occ_id, view, dispatch_at, cmd.now_ms))
+            fired += 1
+        else:
+            skipped += 1
+    before = conn.total_changes
+    conn.executemany(OCC_INSERT, occ_rows)
+    if conn.total_changes - before != len(occ_rows):
+        # The UNIQUE constraint refused an instant the watermark let through. That means
+        # the watermark and the table disagree: a broken invariant, never papered over.
+        raise RuntimeError("claim inserted fewer occurrences than decided")
+    conn.executemany(ATT_INSERT, att_rows)
+    conn.executemany(
+        "UPDATE jobs SET watermark_ms = ? WHERE id = ? AND watermark_ms < ?",
+        [(v.new_watermark, v.id, v.new_watermark) for v in views.values()
+         if v.new_watermark > v.watermark_ms],
+    )
+    return ok(fired=fired, skipped=skipped, rejected_items=rejected_items)
+
+
+def _occurrence_result(conn: sqlite3.Connection, occ_id: str, duplicate: bool) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT status, reason FROM occurrences WHERE id = ?", (occ_id,)
+    ).fetchone()
+    return ok(occurrence_id=occ_id, status=row[0], reason=row[1], duplicate=duplicate)
+
+
+def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
+    conn = ctx.conn
+    occ_id = identity.manual_occurrence_id(cmd.job_id, cmd.idempotency_key)
+    if conn.execute("SELECT 1 FROM occurrences WHERE id = ?", (occ_id,)).fetchone():
+        return _occurrence_result(conn, occ_id, duplicate=True)
+    view = load_views(conn, {cmd.job_id}).get(cmd.job_id)
+    if view is None:
+        return rejected(errors.NOT_FOUND, f"job {cmd.job_id!r} does not exist", "id")
+    reason: str | None = None
+    if not cmd.override_overlap:
+        verdict = overlap_for(conn, view)
+        if not verdict.run:
+            reason = policy.SKIP_OVERLAP
+        elif verdict.cancel_running:
+            cancel_running(ctx, cmd.job_id)
+    status = "skipped" if reason else "pending"
+    epoch = ctx.meta(META_EPOCH)
+    conn.execute(OCC_INSERT, occurrence_row(
+        occ_id, view, "manual", cmd.now_ms, cmd.now_ms, status, reason, epoch, cmd.now_ms,
+        idempotency_key=cmd.idempotency_key,
+    ))
+    if reason is None:
+        conn.execute(ATT_INSERT, attempt_row(occ_id, view, cmd.now_ms, cmd.now_ms))
+    return _occurrence_result(conn, occ_id, duplicate=False)
+
+
+def backfill(ctx: ApplyContext, cmd: Backfill) -> dict[str, Any]:
+    """Backfill occurrences are explicit requests: overlap never skips them, but exclusive
+    policies still lease them one at a time."""
+    conn = ctx.conn
+    view = load_views(conn, {cmd.job_id}).get(cmd.job_id)
+    if view is None:
+        return rejected(errors.NOT_FOUND, f"job {cmd.job_id!r} does not exist", "id")
+    epoch = ctx.meta(META_EPOCH)
+    ids: list[str] = []
+    created = 0
+    for instant in cmd.instants_ms:
+        occ_id = identity.backfill_occurrence_id(cmd.job_id, instant, cmd.request_key)
+        ids.append(occ_id)
+        cur = conn.execute(OCC_INSERT, occurrence_row(
+            occ_id, view, "backfill", instant, cmd.now_ms, "pending", None, epoch, cmd.now_ms,
+            request_key=cmd.request_key,
+        ))
+        if cur.rowcount:
+            conn.execute(ATT_INSERT, attempt_row(occ_id, view, cmd.now_ms, cmd.now_ms))
+            created += 1
+    return ok(occurrence_ids=ids, created=created)

@@ -1,0 +1,115 @@
+-- The replicated state. Every table here is logical state: equal on every node that
+-- applied the same log index (see state.digest). Times are UTC epoch milliseconds.
+
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS epochs (
+    epoch     INTEGER PRIMARY KEY,
+    node_id   TEXT NOT NULL,
+    began_ms  INTEGER NOT NULL,
+    log_index INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    spec         TEXT NOT NULL,
+    paused       INTEGER NOT NULL,
+    queue        TEXT NOT NULL,
+    watermark_ms INTEGER NOT NULL,
+    created_ms   INTEGER NOT NULL,
+    updated_ms   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, id);
+
+CREATE TABLE IF NOT EXISTS occurrences (
+    id               TEXT PRIMARY KEY,
+    job_id           TEXT NOT NULL,
+    tenant           TEXT NOT NULL,
+    queue            TEXT NOT NULL,
+    kind             TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual', 'backfill')),
+    scheduled_for_ms INTEGER NOT NULL,
+    dispatch_at_ms   INTEGER NOT NULL,
+    job_version      INTEGER NOT NULL,
+    status           TEXT NOT NULL,
+    reason           TEXT,
+    idempotency_key  TEXT,
+    request_key      TEXT,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    epoch            INTEGER NOT NULL,
+    created_ms       INTEGER NOT NULL,
+    finished_ms      INTEGER
+);
+-- Invariant 1: at most one scheduled occurrence per (job, instant), decided here.
+CREATE UNIQUE INDEX IF NOT EXISTS occ_scheduled
+    ON occurrences (job_id, scheduled_for_ms) WHERE kind = 'scheduled';
+CREATE UNIQUE INDEX IF NOT EXISTS occ_manual
+    ON occurrences (job_id, idempotency_key) WHERE kind = 'manual';
+CREATE UNIQUE INDEX IF NOT EXISTS occ_backfill
+    ON occurrences (job_id, scheduled_for_ms, request_key) WHERE kind = 'backfill';
+CREATE INDEX IF NOT EXISTS occ_job_time ON occurrences (job_id, scheduled_for_ms);
+CREATE INDEX IF NOT EXISTS occ_status_time ON occurrences (status, scheduled_for_ms);
+CREATE INDEX IF NOT EXISTS occ_finished ON occurrences (finished_ms) WHERE finished_ms IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS attempts (
+    id                  TEXT PRIMARY KEY,
+    occurrence_id       TEXT NOT NULL,
+    job_id              TEXT NOT NULL,
+    tenant              TEXT NOT NULL,
+    queue               TEXT NOT NULL,
+    number              INTEGER NOT NULL,
+    status              TEXT NOT NULL,
+    not_before_ms       INTEGER NOT NULL,
+    worker_id           TEXT,
+    fencing_token       INTEGER,
+    leased_ms           INTEGER,
+    heartbeat_ms        INTEGER,
+    lease_expires_ms    INTEGER,
+    runtime_deadline_ms INTEGER,
+    cancel_requested    INTEGER NOT NULL DEFAULT 0,
+    created_ms          INTEGER NOT NULL,
+    finished_ms         INTEGER,
+    exit_code           INTEGER,
+    output              TEXT,
+    error               TEXT
+);
+-- Invariant 3: a fencing token is handed out once, ever.
+CREATE UNIQUE INDEX IF NOT EXISTS att_token ON attempts (fencing_token)
+    WHERE fencing_token IS NOT NULL;
+CREATE INDEX IF NOT EXISTS att_pending ON attempts (queue, not_before_ms) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS att_running ON attempts (lease_expires_ms) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS att_job_status ON attempts (job_id, status);
+CREATE INDEX IF NOT EXISTS att_occurrence ON attempts (occurrence_id, number);
+
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY,
+    result     TEXT NOT NULL,
+    applied_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS alerts (
+    id            TEXT PRIMARY KEY,
+    kind          TEXT NOT NULL,
+    job_id        TEXT,
+    occurrence_id TEXT,
+    reason        TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
+    raised_ms     INTEGER NOT NULL,
+    resolved_ms   INTEGER
+);
+
+CREATE TABLE IF NOT EXISTS outbox (
+    id           INTEGER PRIMARY KEY,
+    event        TEXT NOT NULL,
+    payload      TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('pending', 'delivered')),
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    created_ms   INTEGER NOT NULL,
+    delivered_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (id) WHERE status = 'pending';

@@ -1,0 +1,169 @@
+"""Public test helpers: a real local cluster of node processes on loopback ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from raftcron.local import write_cluster_configs
+
+
+def free_port_base(count: int, span: int = 200) -> int:
+    """A base port such that base..base+count and base+100..base+100+count are free."""
+    for _ in range(200):
+        base = 20000 + (int.from_bytes(os.urandom(2), "big") % 30000)
+        ports = [base + i for i in range(count)] + [base + 100 + i for i in range(count)]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1,
+               message: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except (httpx.HTTPError, ValueError, KeyError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+class LocalCluster:
+    """Three (or N) `raftcron node` processes with real SQLite files under `root`."""
+
+    def __init__(self, root: Path, nodes: int = 3, port_base: int | None = None) -> None:
+        self.root = root
+        self.n = nodes
+        self.port_base = port_base or free_port_base(nodes)
+        self.configs = write_cluster_configs(root, nodes, self.port_base)
+        self.ids = [f"n{i + 1}" for i in range(nodes)]
+        self.urls = {nid: f"http://127.0.0.1:{self.port_base + i}"
+                     for i, nid in enumerate(self.ids)}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.http = httpx.Client(timeout=10)
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    # --- processes ---
+    def start(self, nid: str | None = None) -> None:
+        for i, node_id in enumerate(self.ids):
+            if nid is not None and node_id != nid:
+                continue
+            log = open(self.root / f"{node_id}.log", "ab")
+            self.procs[node_id] = subprocess.Popen(
+                [sys.executable, "-m", "raftcron", "node", "--config", str(self.configs[i])],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def start_worker(self, worker_id: str, concurrency: int = 4,
+                     queues: str = "default") -> subprocess.Popen[bytes]:
+        log = open(self.root / f"worker-{worker_id}.log", "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raftcron", "worker", "--server",
+             ",".join(self.urls.values()), "--id", worker_id, "--concurrency",
+             str(concurrency), "--queues", queues],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.workers.append(proc)
+        return proc
+
+    def kill(self, nid: str) -> None:
+        proc = self.procs.pop(nid)
+        proc.kill()
+        proc.wait()
+
+    def signal(self, nid: str, sig: int) -> None:
+        self.procs[nid].send_signal(sig)
+
+    def stop_all(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.workers.clear()
+        for nid in list(self.procs):
+            proc = self.procs[nid]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    def close(self) -> None:
+        self.stop_all()
+        self.http.close()
+
+    # --- API ---
+    def get(self, nid: str, path: str, **kw: Any) -> Any:
+        return self.http.get(self.urls[nid] + path, **kw).json()
+
+    def post(self, nid: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        return self.http.post(self.urls[nid] + path, json=body, **kw)
+
+    def cluster_view(self, nid: str) -> dict[str, Any] | None:
+        try:
+            return self.http.get(self.urls[nid] + "/v1/cluster", timeout=1).json()
+        except httpx.HTTPError:
+            return None
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        """The node that leads with its duties running, as it reports itself."""
+        for nid in among or list(self.procs):
+            view = self.cluster_view(nid)
+            if view and view["role"] == "leader" and view["leader_duties"]:
+                return nid
+        return None
+
+    def wait_leader(self, timeout: float = 20, among: list[str] | None = None) -> str:
+        return wait_until(lambda: self.leader(among), timeout, message="a leader with duties")
+
+    def followers(self) -> list[str]:
+        leader = self.leader()
+        return [n for n in self.procs if n != leader]
+
+    def digests(self) -> dict[str, dict[str, Any]]:
+        return {nid: self.get(nid, "/v1/digest") for nid in self.procs}
+
+    def wait_converged(self, timeout: float = 30) -> dict[str, dict[str, Any]]:
+        def same() -> dict[str, dict[str, Any]] | None:
+            d = self.digests()
+            if len({(v["last_applied_index"], v["digest"]) for v in d.values()}) == 1:
+                return d
+            return None
+
+        return wait_until(same, timeout, interval=0.3, message="equal digests on all nodes")
+
+    def occurrences(self, nid: str, job_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"job_id": job_id, "limit": 500}
+            if cursor:
+                params["cursor"] = cursor
+            page = self.get(nid, "/v1/occurrences", params=params)
+            out += page["occurrences"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return out

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftcron.testing import LocalCluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path)
+    c.start()
+    c.wait_leader(timeout=30)
+    try:
+        yield c
+    finally:
+        c.close()

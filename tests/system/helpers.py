@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from raftcron.testing import LocalCluster
+
+
+def ts(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+
+def add_job(c: LocalCluster, nid: str, job_id: str, cron: str = "* * * * * *",
+            **extra: Any) -> dict[str, Any]:
+    body = {"id": job_id, "schedule": {"cron": cron}, "target": {"shell": "true"}, **extra}
+    resp = c.post(nid, "/v1/jobs", body)
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def assert_every_second_once(occs: list[dict[str, Any]]) -> list[int]:
+    """Scheduled occurrences of a per-second job: no duplicate, no hole."""
+    sched = [o for o in occs if o["kind"] == "scheduled"]
+    counts = Counter(o["scheduled_for"] for o in sched)
+    dups = {k: v for k, v in counts.items() if v > 1}
+    assert not dups, f"duplicate occurrences: {dups}"
+    instants = sorted(ts(o["scheduled_for"]) for o in sched)
+    holes = [(a, b) for a, b in zip(instants, instants[1:], strict=False) if b - a != 1]
+    assert not holes, f"missing instants between {holes}"
+    return instants
+
+
+def sleep_until_past(instant: int) -> None:
+    time.sleep(max(0.0, instant - time.time()))

@@ -13,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from raftcron.api import cluster, jobs, occurrences, workers
 from raftcron.api.context import ApiContext
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from raftcron.node import Node
 
 log = logging.getLogger("raftcron.api")
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parent.parent.parent / "web"
 
 
 async def openapi(request: Request) -> JSONResponse:
@@ -64,6 +65,8 @@ ROUTES = [
     Route("/v1/attempts/{attempt_id:path}/heartbeat", workers.heartbeat_one, methods=["POST"]),
     Route("/v1/attempts/{attempt_id:path}/complete", workers.complete_one, methods=["POST"]),
 ]
+if WEB_DIR.is_dir():
+    ROUTES.append(Mount("/web", app=StaticFiles(directory=WEB_DIR), name="web"))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -33,10 +33,16 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
         if row is not None:
             return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
         spec = job.with_version(1).to_spec()
+        # A re-created job id must not re-claim instants its earlier life already has.
+        newest = ctx.conn.execute(
+            "SELECT max(scheduled_for_ms) FROM occurrences WHERE job_id = ? AND kind = 'scheduled'",
+            (job.id,),
+        ).fetchone()[0]
+        watermark = max(cmd.now_ms, newest or 0)
         ctx.conn.execute(
             f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
             (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,
-             cmd.now_ms, cmd.now_ms, cmd.now_ms),
+             watermark, cmd.now_ms, cmd.now_ms),
         )
         return ok(job_id=job.id, version=1, created=True)
     if row is None:

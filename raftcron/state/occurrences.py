@@ -154,13 +154,28 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
             fired += 1
         else:
             skipped += 1
+    conn.execute("SAVEPOINT claim_rows")
     before = conn.total_changes
     conn.executemany(OCC_INSERT, occ_rows)
-    if conn.total_changes - before != len(occ_rows):
-        # The UNIQUE constraint refused an instant the watermark let through. That means
-        # the watermark and the table disagree: a broken invariant, never papered over.
-        raise RuntimeError("claim inserted fewer occurrences than decided")
-    conn.executemany(ATT_INSERT, att_rows)
+    if conn.total_changes - before == len(occ_rows):
+        conn.executemany(ATT_INSERT, att_rows)
+    else:
+        # The UNIQUE index refused an instant the watermark let through (e.g. a job id that
+        # was deleted and re-created). The database has the final word: that instant is
+        # "already claimed", deterministically on every node, and gets no attempt.
+        conn.execute("ROLLBACK TO claim_rows")
+        attempts_by_occ = {row[1]: row for row in att_rows}
+        for row in occ_rows:
+            if conn.execute(OCC_INSERT, row).rowcount:
+                if row[0] in attempts_by_occ:
+                    conn.execute(ATT_INSERT, attempts_by_occ[row[0]])
+            else:
+                rejected_items.append([row[1], row[5], "already_claimed"])
+                if row[8] == "pending":
+                    fired -= 1
+                else:
+                    skipped -= 1
+    conn.execute("RELEASE claim_rows")
     conn.executemany(
         "UPDATE jobs SET watermark_ms = ? WHERE id = ? AND watermark_ms < ?",
         [(v.new_watermark, v.id, v.new_watermark) for v in views.values()

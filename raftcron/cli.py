@@ -61,6 +61,7 @@ def _setup_logging(level: str, json_logs: bool = False) -> None:
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
                         stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def cmd_node(args: argparse.Namespace) -> int:

@@ -1,0 +1,236 @@
+"""HTTP client for the worker protocol, with failover across the cluster's servers.
+
+Any node accepts worker requests (followers forward to the leader), so the client keeps a
+preferred server and moves on to the next URL when a server refuses the connection, times
+out, or answers with a retryable status (503 "no leader / outcome unknown", and other 5xx
+or 429). One call makes at most one pass over the server list; callers decide whether and
+how long to back off before another pass (`ServerUnavailable.retry_after` carries the
+largest Retry-After seen).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("raftcron.worker")
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ServerUnavailable(Exception):
+    """No server gave an answer in one pass; the request's outcome is unknown."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ApiError(Exception):
+    """A server answered with a non-retryable error (for example 400 or 401)."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One leased attempt, as returned by `POST /v1/leases`."""
+
+    attempt_id: str
+    occurrence_id: str
+    job_id: str
+    scheduled_for: str
+    attempt: int
+    fencing_token: int
+    idempotency_key: str
+    target: Mapping[str, Any]
+    max_runtime_s: int | None
+    heartbeat_interval_s: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Lease:
+        runtime = d.get("max_runtime_s")
+        return cls(
+            attempt_id=str(d["attempt_id"]),
+            occurrence_id=str(d["occurrence_id"]),
+            job_id=str(d["job_id"]),
+            scheduled_for=str(d["scheduled_for"]),
+            attempt=int(d["attempt"]),
+            fencing_token=int(d["fencing_token"]),
+            idempotency_key=str(d["idempotency_key"]),
+            target=d.get("target") or {},
+            max_runtime_s=None if runtime is None else int(runtime),
+            heartbeat_interval_s=max(1, int(d.get("heartbeat_interval_s") or 10)),
+        )
+
+    def ref(self) -> dict[str, Any]:
+        """The `{"attempt_id", "fencing_token"}` pair used by heartbeats and releases."""
+        return {"attempt_id": self.attempt_id, "fencing_token": self.fencing_token}
+
+    def ids(self) -> str:
+        return f"job={self.job_id} occurrence={self.occurrence_id} attempt={self.attempt_id}"
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _error_of(resp: httpx.Response) -> ApiError:
+    code, message, field = "http_error", resp.text[:500], None
+    try:
+        err = resp.json().get("error") or {}
+        code = str(err.get("code") or code)
+        message = str(err.get("message") or message)
+        field = err.get("field")
+    except (ValueError, AttributeError):
+        pass
+    return ApiError(resp.status_code, code, message, field)
+
+
+class WorkerClient:
+    """Posts worker protocol requests to whichever server answers.
+
+    `transport` is for tests (`httpx.MockTransport`); production uses httpx's default.
+    """
+
+    def __init__(
+        self,
+        servers: list[str],
+        *,
+        token: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        urls = [s.strip().rstrip("/") for s in servers if s and s.strip()]
+        if not urls:
+            raise ValueError("at least one server URL is required")
+        self.servers = urls
+        self.timeout_s = timeout_s
+        self._preferred = 0
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=timeout_s, transport=transport, follow_redirects=False
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> WorkerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def current_server(self) -> str:
+        return self.servers[self._preferred]
+
+    async def post(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """One pass over the servers, starting with the one that answered last.
+
+        Returns the decoded 2xx body; raises `ApiError` on a non-retryable answer and
+        `ServerUnavailable` when every server failed or answered with a retryable status.
+        """
+        n = len(self.servers)
+        retry_after: float | None = None
+        failures: list[str] = []
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        for i in range(n):
+            idx = (self._preferred + i) % n
+            url = self.servers[idx] + path
+            try:
+                resp = await self._http.post(url, json=body, timeout=timeout)
+            except httpx.TransportError as e:
+                failures.append(f"{self.servers[idx]}: {type(e).__name__}: {e}")
+                log.warning("request to %s failed: %s: %s", url, type(e).__name__, e)
+                continue
+            if resp.status_code in RETRYABLE_STATUS:
+                ra = _retry_after(resp)
+                if ra is not None:
+                    retry_after = ra if retry_after is None else max(retry_after, ra)
+                err = _error_of(resp)
+                failures.append(f"{self.servers[idx]}: {resp.status_code} {err.code}")
+                log.warning("%s answered %s (%s); trying another server",
+                            url, resp.status_code, err.message)
+                continue
+            if resp.is_success:
+                try:
+                    data = resp.json()
+                except ValueError:
+                    failures.append(f"{self.servers[idx]}: undecodable response body")
+                    log.warning("%s answered %s with a body that is not JSON",
+                                url, resp.status_code)
+                    continue
+                if not isinstance(data, dict):
+                    failures.append(f"{self.servers[idx]}: response body is not an object")
+                    continue
+                self._preferred = idx
+                return data
+            self._preferred = idx
+            raise _error_of(resp)
+        self._preferred = (self._preferred + 1) % n
+        raise ServerUnavailable("no server answered: " + "; ".join(failures), retry_after)
+
+    async def lease(
+        self, worker_id: str, queues: list[str], max_leases: int, wait_s: float
+    ) -> list[Lease]:
+        """Long-poll for up to `max_leases` leases.
+
+        A poll whose response is lost leaves its leases to expire on the server (they are
+        then retried there); there is no way to recover them from this side.
+        """
+        body = {"worker_id": worker_id, "queues": queues, "max": max_leases, "wait_s": wait_s}
+        data = await self.post("/v1/leases", body, timeout_s=wait_s + self.timeout_s)
+        leases = []
+        for raw in data.get("leases") or []:
+            try:
+                leases.append(Lease.from_dict(raw))
+            except (KeyError, TypeError, ValueError) as e:
+                log.error("ignoring malformed lease %r: %s", raw, e)
+        return leases
+
+    async def heartbeat(
+        self, worker_id: str, leases: list[Lease], *, timeout_s: float | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Batched heartbeat; returns each attempt's result keyed by attempt id."""
+        body = {"worker_id": worker_id, "attempts": [lease.ref() for lease in leases]}
+        data = await self.post("/v1/heartbeats", body, timeout_s=timeout_s)
+        return _by_attempt(data)
+
+    async def complete(
+        self, worker_id: str, completions: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """One pass of a completion batch; retrying is the caller's job (see runner)."""
+        body = {"worker_id": worker_id, "completions": completions}
+        data = await self.post("/v1/completions", body)
+        return _by_attempt(data)
+
+    async def release(self, worker_id: str, leases: list[Lease]) -> dict[str, dict[str, Any]]:
+        body = {"worker_id": worker_id, "attempts": [lease.ref() for lease in leases]}
+        data = await self.post("/v1/releases", body)
+        return _by_attempt(data)
+
+
+def _by_attempt(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in data.get("results") or []:
+        if isinstance(r, dict) and "attempt_id" in r:
+            out[str(r["attempt_id"])] = r
+    return out

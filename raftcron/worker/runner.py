@@ -1,0 +1,480 @@
+"""The worker: lease attempts, run them, heartbeat them, report their outcomes.
+
+Three loops share one `WorkerClient`:
+
+* the lease loop long-polls `POST /v1/leases` for as many leases as there are free slots
+  and starts a run for each;
+* the heartbeat loop sends one batched `POST /v1/heartbeats` for every running attempt
+  each min(heartbeat_interval_s) seconds. `cancel: true` stops the run, which is then
+  reported as failed (the server records it as cancelled). A rejection (stale_token,
+  lease_expired, foreign_lease, not_found) means the lease is gone: the run is stopped and
+  no completion is sent for it;
+* the reporter sends completions. A completion whose answer is unknown (connection error,
+  timeout, 5xx) is resent with identical content, with capped exponential backoff across
+  server failover, until a server answers for it: the server treats an identical repeat
+  as a duplicate, so the attempt gets exactly one outcome.
+
+Graceful shutdown (the stop event, SIGTERM or SIGINT): stop leasing, release leases that
+arrive after the stop without running them, let running attempts finish for up to
+`drain_timeout_s` (then kill them and report them as failed), flush the reporter for up to
+`report_timeout_s`, and return. Outcomes that could not be delivered by then are logged at
+ERROR level with their full content; the server will eventually mark those attempts lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from raftcron.worker.client import ApiError, Lease, ServerUnavailable, WorkerClient
+from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, execute
+
+log = logging.getLogger("raftcron.worker")
+
+LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})
+
+
+class Backoff:
+    """Capped exponential backoff with jitter; a server's Retry-After raises the floor."""
+
+    def __init__(self, initial_s: float = 0.5, cap_s: float = 30.0) -> None:
+        self.initial_s = initial_s
+        self.cap_s = cap_s
+        self._next = initial_s
+
+    def reset(self) -> None:
+        self._next = self.initial_s
+
+    def next(self, retry_after: float | None = None) -> float:
+        delay = self._next * random.uniform(0.8, 1.2)
+        self._next = min(self._next * 2, self.cap_s)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, self.cap_s)
+
+
+async def _sleep_or(event: asyncio.Event, seconds: float) -> None:
+    """Sleep up to `seconds`, returning early when `event` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+
+
+@dataclass(slots=True)
+class WorkerOptions:
+    wait_s: float = 10.0
+    busy_wait_s: float = 2.0
+    """Long-poll wait while runs are in flight, so freed slots are refilled sooner."""
+    drain_timeout_s: float = 30.0
+    report_timeout_s: float = 30.0
+    kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    request_timeout_s: float = 10.0
+    backoff_initial_s: float = 0.5
+    backoff_cap_s: float = 30.0
+    completion_batch: int = 50
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    lease: Lease
+    cancel: Cancel = field(default_factory=Cancel)
+    task: asyncio.Task[None] | None = None
+    lost: str | None = None
+    """Set when the server said the lease is gone; such a run is never reported."""
+
+
+class Reporter:
+    """Delivers completions, retrying each one with identical content until answered."""
+
+    def __init__(self, client: WorkerClient, worker_id: str, options: WorkerOptions) -> None:
+        self._client = client
+        self._worker_id = worker_id
+        self._options = options
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._backoff = Backoff(options.backoff_initial_s, options.backoff_cap_s)
+        self._one_at_a_time = False
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        return list(self._pending.values())
+
+    def submit(self, completion: dict[str, Any]) -> None:
+        aid = completion["attempt_id"]
+        if aid in self._pending:
+            log.error("attempt=%s already has an outcome waiting to be reported; keeping it "
+                      "and dropping %r", aid, completion)
+            return
+        self._pending[aid] = completion
+        self._idle.clear()
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                size = 1 if self._one_at_a_time else self._options.completion_batch
+                batch = list(self._pending.values())[:size]
+                delay = await self._send(batch)
+                if delay is not None:
+                    await asyncio.sleep(delay)
+            self._one_at_a_time = False
+            self._idle.set()
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until everything submitted has been answered; False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _send(self, batch: list[dict[str, Any]]) -> float | None:
+        """Send one batch; returns a backoff delay when the outcome is unknown."""
+        try:
+            results = await self._client.complete(self._worker_id, batch)
+        except ServerUnavailable as e:
+            delay = self._backoff.next(e.retry_after)
+            log.warning("reporting %d completion(s) failed (%s); retrying in %.1fs",
+                        len(batch), e, delay)
+            return delay
+        except ApiError as e:
+            if len(batch) > 1:
+                log.warning("server refused a batch of %d completions (%s); sending them "
+                            "one at a time", len(batch), e)
+                self._one_at_a_time = True
+                return None
+            for c in batch:
+                self._pending.pop(c["attempt_id"], None)
+                log.error("server refused completion for attempt=%s (%s); outcome was %r",
+                          c["attempt_id"], e, c)
+            return None
+        answered = 0
+        for c in batch:
+            r = results.get(c["attempt_id"])
+            if r is None:
+                continue
+            answered += 1
+            self._pending.pop(c["attempt_id"], None)
+            if r.get("ok"):
+                log.info("attempt=%s reported %s (status=%s%s)", c["attempt_id"],
+                         c["outcome"], r.get("status"), ", duplicate" if r.get("duplicate") else "")
+            else:
+                log.warning("completion for attempt=%s rejected: %s: %s",
+                            c["attempt_id"], r.get("rejected"), r.get("message"))
+        if answered < len(batch):
+            delay = self._backoff.next()
+            log.warning("%d completion(s) missing from the answer; retrying in %.1fs",
+                        len(batch) - answered, delay)
+            return delay
+        self._backoff.reset()
+        return None
+
+
+class Worker:
+    """One worker process's state. Most callers want `run_worker`."""
+
+    def __init__(
+        self,
+        servers: list[str],
+        queues: list[str],
+        concurrency: int,
+        worker_id: str,
+        *,
+        token: str | None = None,
+        options: WorkerOptions | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+        executor: Callable[..., Any] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.worker_id = worker_id
+        self.options = options or WorkerOptions()
+        self.client = WorkerClient(
+            servers, token=token, timeout_s=self.options.request_timeout_s, transport=transport
+        )
+        self.reporter = Reporter(self.client, worker_id, self.options)
+        self._http_transport = http_transport
+        self._execute = executor or execute
+        self._runs: dict[str, _Run] = {}
+        self._changed = asyncio.Event()
+
+    @property
+    def running(self) -> list[Lease]:
+        return [r.lease for r in self._runs.values()]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        log.info("worker %s starting: servers=%s queues=%s concurrency=%d", self.worker_id,
+                 ",".join(self.client.servers), ",".join(self.queues) or "-", self.concurrency)
+        reporter = asyncio.create_task(self.reporter.run(), name="raftcron-reporter")
+        heartbeats = asyncio.create_task(self._heartbeat_loop(), name="raftcron-heartbeats")
+        try:
+            await self._lease_loop(stop)
+            log.info("worker %s stopping: %d run(s) in flight", self.worker_id, len(self._runs))
+            await self._drain()
+            if not await self.reporter.flush(self.options.report_timeout_s):
+                for c in self.reporter.pending:
+                    log.error("could not report attempt=%s before exiting; outcome was %r",
+                              c["attempt_id"], c)
+        finally:
+            for task in (heartbeats, reporter):
+                task.cancel()
+            for run in list(self._runs.values()):
+                if run.task is not None:
+                    run.task.cancel()
+            await asyncio.gather(
+                heartbeats, reporter,
+                *(r.task for r in self._runs.values() if r.task is not None),
+                return_exceptions=True,
+            )
+            await self.client.aclose()
+        log.info("worker %s stopped", self.worker_id)
+
+    async def _lease_loop(self, stop: asyncio.Event) -> None:
+        backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        while not stop.is_set():
+            free = self.concurrency - len(self._runs)
+            if free <= 0:
+                self._changed.clear()
+                stop_wait = asyncio.create_task(stop.wait())
+                change_wait = asyncio.create_task(self._changed.wait())
+                await asyncio.wait({stop_wait, change_wait}, return_when=asyncio.FIRST_COMPLETED)
+                stop_wait.cancel()
+                change_wait.cancel()
+                continue
+            wait_s = self.options.busy_wait_s if self._runs else self.options.wait_s
+            wait_s = min(wait_s, self.options.wait_s)
+            # An in-flight poll is not abandoned on stop: its leases are released below
+            # instead of being left to expire on the server.
+            try:
+                leases = await self.client.lease(self.worker_id, self.queues, free, wait_s)
+            except ServerUnavailable as e:
+                delay = backoff.next(e.retry_after)
+                log.warning("leasing failed (%s); retrying in %.1fs", e, delay)
+                await _sleep_or(stop, delay)
+                continue
+            except ApiError as e:
+                delay = backoff.next()
+                log.error("server refused the lease request: %s; retrying in %.1fs", e, delay)
+                await _sleep_or(stop, delay)
+                continue
+            backoff.reset()
+            if stop.is_set():
+                await self._release(leases)
+                break
+            extra = leases[free:]
+            if extra:
+                log.warning("server granted %d lease(s) beyond the %d requested; releasing them",
+                            len(extra), free)
+                await self._release(extra)
+            for lease in leases[:free]:
+                self._start(lease)
+
+    def _start(self, lease: Lease) -> None:
+        if lease.attempt_id in self._runs:
+            log.warning("lease for %s is already running here; ignoring the duplicate",
+                        lease.ids())
+            return
+        run = _Run(lease)
+        self._runs[lease.attempt_id] = run
+        run.task = asyncio.create_task(self._run(run), name=f"raftcron-run-{lease.attempt_id}")
+        self._changed.set()
+        log.info("starting %s try=%d token=%d scheduled_for=%s", lease.ids(), lease.attempt,
+                 lease.fencing_token, lease.scheduled_for)
+
+    async def _run(self, run: _Run) -> None:
+        lease = run.lease
+        try:
+            try:
+                result: RunResult = await self._execute(
+                    lease, cancel=run.cancel, kill_grace_s=self.options.kill_grace_s,
+                    http_transport=self._http_transport,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.exception("running %s raised", lease.ids())
+                result = RunResult("failed", None, f"[raftcron] worker error: {e!r}\n")
+            if run.lost:
+                log.warning("not reporting %s: the lease is gone (%s); run ended %s",
+                            lease.ids(), run.lost, result.outcome)
+                return
+            log.info("finished %s: %s exit_code=%s%s", lease.ids(), result.outcome,
+                     result.exit_code, f" ({result.killed})" if result.killed else "")
+            self.reporter.submit({
+                "attempt_id": lease.attempt_id,
+                "fencing_token": lease.fencing_token,
+                "outcome": result.outcome,
+                "exit_code": result.exit_code,
+                "output": result.output,
+            })
+        finally:
+            self._runs.pop(lease.attempt_id, None)
+            self._changed.set()
+
+    async def _heartbeat_loop(self) -> None:
+        backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        retry_in: float | None = None
+        while True:
+            if not self._runs:
+                retry_in = None
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            interval = float(min(r.lease.heartbeat_interval_s for r in self._runs.values()))
+            await asyncio.sleep(interval if retry_in is None else retry_in)
+            runs = [r for r in self._runs.values() if r.lost is None]
+            if not runs:
+                continue
+            timeout = max(1.0, min(self.options.request_timeout_s, interval))
+            try:
+                results = await self.client.heartbeat(
+                    self.worker_id, [r.lease for r in runs], timeout_s=timeout
+                )
+            except ServerUnavailable as e:
+                retry_in = min(backoff.next(e.retry_after), interval)
+                log.warning("heartbeat for %d run(s) failed (%s); retrying in %.1fs",
+                            len(runs), e, retry_in)
+                continue
+            except ApiError as e:
+                retry_in = None
+                log.error("server refused the heartbeat for %d run(s): %s", len(runs), e)
+                continue
+            retry_in = None
+            backoff.reset()
+            for run in runs:
+                r = results.get(run.lease.attempt_id)
+                if r is not None:
+                    self._apply_heartbeat(run, r)
+
+    def _apply_heartbeat(self, run: _Run, r: dict[str, Any]) -> None:
+        if r.get("ok"):
+            if r.get("cancel") and not run.cancel.is_set():
+                log.info("server asked to cancel %s", run.lease.ids())
+                run.cancel.set("cancel requested by the server")
+            return
+        code = str(r.get("rejected") or "rejected")
+        if run.lost is None:
+            run.lost = code
+            log.warning("heartbeat for %s rejected: %s: %s; stopping the run and not "
+                        "reporting it", run.lease.ids(), code, r.get("message", ""))
+            run.cancel.set(f"lease lost ({code})")
+
+    async def _release(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
+        backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        for attempt in range(3):
+            try:
+                results = await self.client.release(self.worker_id, leases)
+            except ServerUnavailable as e:
+                if attempt == 2:
+                    log.warning("could not release %d lease(s) (%s); they will expire",
+                                len(leases), e)
+                    return
+                await asyncio.sleep(backoff.next(e.retry_after))
+                continue
+            except ApiError as e:
+                log.warning("server refused to release %d lease(s): %s; they will expire",
+                            len(leases), e)
+                return
+            for lease in leases:
+                r = results.get(lease.attempt_id, {})
+                if r.get("ok"):
+                    log.info("released unstarted %s", lease.ids())
+                else:
+                    log.warning("release of %s not accepted: %s", lease.ids(),
+                                r.get("rejected", "no answer"))
+            return
+
+    async def _drain(self) -> None:
+        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.options.drain_timeout_s)
+        if not pending:
+            return
+        reason = f"worker shutting down (drain timeout {self.options.drain_timeout_s:g}s)"
+        for run in list(self._runs.values()):
+            log.warning("stopping %s: %s", run.lease.ids(), reason)
+            run.cancel.set(reason)
+        await asyncio.wait(pending)
+
+
+async def run_worker(
+    servers: list[str],
+    queues: list[str],
+    concurrency: int,
+    worker_id: str,
+    *,
+    token: str | None = None,
+    stop: asyncio.Event | None = None,
+    options: WorkerOptions | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    http_transport: httpx.AsyncBaseTransport | None = None,
+) -> None:
+    """Run a worker until `stop` is set, then shut down gracefully and return."""
+    worker = Worker(
+        servers, queues, concurrency, worker_id, token=token, options=options,
+        transport=transport, http_transport=http_transport,
+    )
+    await worker.run(stop if stop is not None else asyncio.Event())
+
+
+def main(
+    servers: list[str],
+    queues: list[str],
+    concurrency: int,
+    worker_id: str,
+    *,
+    token: str | None = None,
+) -> int:
+    """Run a worker in the foreground. The first SIGTERM/SIGINT shuts down gracefully;
+    a second one stops immediately (runs are killed and not reported)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def amain() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        current = asyncio.current_task()
+
+        def on_signal(signame: str) -> None:
+            if stop.is_set():
+                log.warning("second %s: stopping now", signame)
+                if current is not None:
+                    current.cancel()
+                return
+            log.info("%s received: shutting down gracefully", signame)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+        try:
+            await run_worker(servers, queues, concurrency, worker_id, token=token, stop=stop)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    try:
+        asyncio.run(amain())
+    except asyncio.CancelledError:
+        return 1
+    except Exception:
+        log.exception("worker failed")
+        return 1
+    return 0

@@ -52,7 +52,7 @@ def decide_overlap(policy: str, running: int, queued: int) -> OverlapDecision:
 
     - `allow`: always run.
     - `forbid`: skip while any run is queued or running.
-    - `replace`: cancel what runs (through its heartbeat) and queue the new run.
+    - `replace`: cancel what is queued or runs (through its heartbeat); queue the new run.
     - `buffer_one`: queue behind the running one, but never more than one queued run.
     """
     if policy == "allow":
@@ -60,7 +60,7 @@ def decide_overlap(policy: str, running: int, queued: int) -> OverlapDecision:
     if policy == "forbid":
         return OverlapDecision(run=running == 0 and queued == 0)
     if policy == "replace":
-        return OverlapDecision(run=True, cancel_running=running > 0)
+        return OverlapDecision(run=True, cancel_running=running > 0 or queued > 0)
     if policy == "buffer_one":
         return OverlapDecision(run=queued == 0)
     raise ValueError(f"unknown overlap policy {policy!r}")

@@ -78,16 +78,31 @@ def overlap_for(conn: sqlite3.Connection, view: JobView) -> policy.OverlapDecisi
     _load_counts(conn, view)
     assert view.running is not None and view.queued is not None
     decision = policy.decide_overlap(view.overlap_policy, view.running, view.queued)
+    if decision.cancel_running:
+        view.queued = 0  # the queued runs are cancelled with this decision
     if decision.run:
         view.queued += 1
     return decision
 
 
-def cancel_running(ctx: ApplyContext, job_id: str) -> None:
-    """`replace`: running attempts learn of the cancel through their heartbeat response."""
-    ctx.conn.execute(
+def cancel_running(ctx: ApplyContext, job_id: str, now_ms: int) -> None:
+    """`replace`: the newest run supersedes the others. Queued runs are cancelled now;
+    running attempts learn of the cancel through their heartbeat response."""
+    conn = ctx.conn
+    conn.execute(
         "UPDATE attempts SET cancel_requested = 1 WHERE job_id = ? AND status = 'running'",
         (job_id,),
+    )
+    conn.execute(
+        "UPDATE occurrences SET status = 'cancelled', reason = 'replaced', finished_ms = ? "
+        "WHERE id IN (SELECT occurrence_id FROM attempts WHERE job_id = ? "
+        "AND status = 'pending')",
+        (now_ms, job_id),
+    )
+    conn.execute(
+        "UPDATE attempts SET status = 'cancelled', error = 'replaced', finished_ms = ? "
+        "WHERE job_id = ? AND status = 'pending'",
+        (now_ms, job_id),
     )
 
 
@@ -143,7 +158,7 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
             if not verdict.run:
                 reason = policy.SKIP_OVERLAP
             elif verdict.cancel_running:
-                cancel_running(ctx, job_id)
+                cancel_running(ctx, job_id, cmd.now_ms)
         status = "skipped" if reason else "pending"
         occ_rows.append(occurrence_row(
             occ_id, view, "scheduled", scheduled_for, dispatch_at, status, reason,
@@ -205,7 +220,7 @@ def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
         if not verdict.run:
             reason = policy.SKIP_OVERLAP
         elif verdict.cancel_running:
-            cancel_running(ctx, cmd.job_id)
+            cancel_running(ctx, cmd.job_id, cmd.now_ms)
     status = "skipped" if reason else "pending"
     epoch = ctx.meta(META_EPOCH)
     conn.execute(OCC_INSERT, occurrence_row(

@@ -1,0 +1,237 @@
+"""Execution end to end: real nodes, real workers, real shell processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import add_job
+
+pytestmark = pytest.mark.system
+
+
+def occ(c: LocalCluster, nid: str, occ_id: str) -> dict[str, Any]:
+    return c.get(nid, f"/v1/occurrences/{occ_id}")
+
+
+def job_occs(c: LocalCluster, nid: str, job_id: str) -> list[dict[str, Any]]:
+    return c.occurrences(nid, job_id)
+
+
+def lease_one(c: LocalCluster, nid: str, worker: str, queue: str, wait_s: float = 10
+              ) -> dict[str, Any]:
+    resp = c.post(nid, "/v1/leases", {"worker_id": worker, "queues": [queue], "max": 1,
+                                      "wait_s": wait_s})
+    assert resp.status_code == 200, resp.text
+    leases = resp.json()["leases"]
+    assert leases, "no lease handed out"
+    return leases[0]
+
+
+def test_runs_execute_once_with_env_and_unique_tokens(cluster: LocalCluster,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "runs.txt"
+    leader = cluster.wait_leader()
+    add_job(cluster, leader, "echo", target={
+        "shell": f'echo "$RAFTCRON_OCCURRENCE_ID $RAFTCRON_FENCING_TOKEN '
+                 f'$RAFTCRON_IDEMPOTENCY_KEY $RAFTCRON_ATTEMPT_ID" >> {out}'})
+    cluster.start_worker("w1")
+    cluster.start_worker("w2")
+    time.sleep(6)
+    occs = [o for o in job_occs(cluster, leader, "echo") if o["status"] == "succeeded"]
+    assert len(occs) >= 3
+    lines = out.read_text().splitlines()
+    ran = [line.split()[0] for line in lines]
+    assert len(ran) == len(set(ran)), "an occurrence ran twice"
+    tokens = [int(line.split()[1]) for line in lines]
+    assert len(tokens) == len(set(tokens))
+    for line in lines:
+        occ_id, _, key, attempt = line.split()
+        assert key == occ_id and attempt == f"{occ_id}~1"
+    for o in occs:
+        assert o["id"] in ran
+
+
+def test_worker_sigkill_mid_run_is_retried_and_late_completion_rejected(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    leader = cluster.wait_leader()
+    marker = tmp_path / "attempts.txt"
+    add_job(cluster, leader, "slow", cron="0 0 1 1 *", queue="slowq", heartbeat_timeout_s=3,
+            retry_backoff_s=0, target={"shell": f"echo $RAFTCRON_ATTEMPT_ID >> {marker}; "
+                                                f"sleep 4"})
+    occ_id = cluster.post(leader, "/v1/jobs/slow/trigger", {}).json()["id"]
+    doomed = cluster.start_worker("doomed", queues="slowq")
+    wait_until(lambda: marker.exists() and marker.read_text(), 15, message="first attempt")
+    first = occ(cluster, leader, occ_id)["attempt_list"][0]
+    os.killpg(doomed.pid, signal.SIGKILL)
+    cluster.start_worker("rescuer", queues="slowq")
+    done = wait_until(lambda: (o := occ(cluster, leader, occ_id))["status"] == "succeeded"
+                      and o, 40, message="retry to succeed")
+    attempts = done["attempt_list"]
+    assert attempts[0]["status"] == "lost" and attempts[1]["status"] == "succeeded"
+    assert attempts[1]["worker_id"] == "rescuer"
+    assert attempts[1]["fencing_token"] > first["fencing_token"]
+    # The dead worker's late completion, with its old token, changes nothing.
+    late = cluster.post(leader, f"/v1/attempts/{first['id']}/complete", {
+        "worker_id": "doomed", "fencing_token": first["fencing_token"],
+        "outcome": "succeeded", "exit_code": 0, "output": "late"})
+    assert late.status_code == 409, late.text
+    assert occ(cluster, leader, occ_id)["attempt_list"][0]["status"] == "lost"
+
+
+def test_completion_retried_after_lost_ack_records_one_outcome(cluster: LocalCluster) -> None:
+    leader = cluster.wait_leader()
+    follower = cluster.followers()[0]
+    add_job(cluster, leader, "manual", cron="0 0 1 1 *", queue="q-ack")
+    occ_id = cluster.post(follower, "/v1/jobs/manual/trigger", {}).json()["id"]
+    lease = lease_one(cluster, follower, "w-ack", "q-ack")
+    body = {"worker_id": "w-ack", "fencing_token": lease["fencing_token"],
+            "outcome": "succeeded", "exit_code": 0, "output": "done"}
+    first = cluster.post(follower, f"/v1/attempts/{lease['attempt_id']}/complete", body)
+    # The first response is "lost"; the worker retries the identical completion elsewhere.
+    second = cluster.post(leader, f"/v1/attempts/{lease['attempt_id']}/complete", body)
+    assert first.status_code == 200 and second.status_code == 200
+    assert first.json()["duplicate"] is False and second.json()["duplicate"] is True
+    other = cluster.post(leader, f"/v1/attempts/{lease['attempt_id']}/complete",
+                         {**body, "outcome": "failed", "exit_code": 1})
+    assert other.status_code == 409
+    o = occ(cluster, leader, occ_id)
+    assert o["status"] == "succeeded" and len(o["attempt_list"]) == 1
+
+
+def test_max_runtime_kills_the_process_group(cluster: LocalCluster, tmp_path: Path) -> None:
+    leader = cluster.wait_leader()
+    pidfile = tmp_path / "child.pid"
+    add_job(cluster, leader, "hog", cron="0 0 1 1 *", queue="q-hog", max_runtime_s=2,
+            max_attempts=1, target={"shell": f"sleep 60 & echo $! > {pidfile}; wait"})
+    occ_id = cluster.post(leader, "/v1/jobs/hog/trigger", {}).json()["id"]
+    cluster.start_worker("w-hog", queues="q-hog")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 15,
+               message="the job to start")
+    child = int(pidfile.read_text())
+    final = wait_until(lambda: (o := occ(cluster, leader, occ_id))["status"] == "failed" and o,
+                       30, message="the run to time out")
+    assert final["attempt_list"][0]["status"] == "timed_out"
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{child}/stat") as f:
+            return f.read().split()[2] == "Z"
+
+    wait_until(gone, 15, message="the background child to be killed")
+
+
+def test_retries_are_bounded_and_end_failed(cluster: LocalCluster) -> None:
+    leader = cluster.wait_leader()
+    add_job(cluster, leader, "flaky", cron="0 0 1 1 *", queue="q-fail", max_attempts=3,
+            retry_backoff_s=0, target={"shell": "exit 3"})
+    occ_id = cluster.post(leader, "/v1/jobs/flaky/trigger", {}).json()["id"]
+    cluster.start_worker("w-fail", queues="q-fail")
+    final = wait_until(lambda: (o := occ(cluster, leader, occ_id))["status"] == "failed" and o,
+                       30, message="retries to run out")
+    assert [a["status"] for a in final["attempt_list"]] == ["failed"] * 3
+    assert all(a["exit_code"] == 3 for a in final["attempt_list"])
+    time.sleep(1)
+    assert len(occ(cluster, leader, occ_id)["attempt_list"]) == 3
+
+
+def test_same_idempotency_key_triggers_one_run(cluster: LocalCluster, tmp_path: Path) -> None:
+    leader = cluster.wait_leader()
+    out = tmp_path / "once.txt"
+    add_job(cluster, leader, "once", cron="0 0 1 1 *", queue="q-once",
+            target={"shell": f"echo run >> {out}"})
+    ids = {cluster.post(n, "/v1/jobs/once/trigger", {},
+                        headers={"Idempotency-Key": "invoice-2026-11"}).json()["id"]
+           for n in cluster.procs}
+    assert len(ids) == 1
+    cluster.start_worker("w-once", queues="q-once")
+    occ_id = ids.pop()
+    wait_until(lambda: occ(cluster, leader, occ_id)["status"] == "succeeded", 20,
+               message="the run")
+    time.sleep(1)
+    assert out.read_text().splitlines() == ["run"]
+
+
+@pytest.mark.parametrize("policy", ["forbid", "allow", "replace", "buffer_one"])
+def test_overlap_policies_end_to_end(cluster: LocalCluster, policy: str) -> None:
+    leader = cluster.wait_leader()
+    queue = f"q-{policy}"
+    add_job(cluster, leader, f"ov-{policy}", queue=queue, overlap_policy=policy,
+            max_attempts=1, heartbeat_timeout_s=3, target={"shell": "sleep 3"})
+    cluster.start_worker(f"w-{policy}", queues=queue, concurrency=4)
+    time.sleep(5)
+    occs = job_occs(cluster, leader, f"ov-{policy}")
+    statuses = [(o["status"], o["reason"]) for o in occs]
+    running = sum(1 for s, _ in statuses if s == "running")
+    overlap_skips = sum(1 for s, r in statuses if s == "skipped" and r == "overlap")
+    if policy == "allow":
+        assert running >= 2 and overlap_skips == 0
+    elif policy == "forbid":
+        assert running <= 1 and overlap_skips >= 2
+    elif policy == "buffer_one":
+        assert running <= 1
+        assert sum(1 for s, _ in statuses if s == "pending") <= 1
+        assert overlap_skips >= 1
+    else:  # replace: each new instant cancels the running one
+        time.sleep(2)
+        occs = job_occs(cluster, leader, f"ov-{policy}")
+        assert any(o["status"] == "cancelled" for o in occs), [
+            (o["status"], o["reason"]) for o in occs]
+        assert sum(1 for o in occs if o["status"] == "running") <= 1
+
+
+def test_leader_failover_with_runs_in_flight_loses_nothing_and_fencing_stops_dups(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    sink = tmp_path / "sink.db"
+    script = (
+        "import os, sqlite3, sys\n"
+        "from raftcron.fencing import FencedStore\n"
+        f"s = FencedStore({str(sink)!r})\n"
+        "key = os.environ['RAFTCRON_OCCURRENCE_ID']\n"
+        "tok = int(os.environ['RAFTCRON_FENCING_TOKEN'])\n"
+        "ok = s.accept(key, tok)\n"
+        f"c = sqlite3.connect({str(sink)!r})\n"
+        "c.execute('create table if not exists effects (key, token, accepted)')\n"
+        "c.execute('insert into effects values (?, ?, ?)', (key, tok, int(ok)))\n"
+        "c.commit()\n"
+    )
+    script_path = tmp_path / "effect.py"
+    script_path.write_text(script)
+    leader = cluster.wait_leader()
+    add_job(cluster, leader, "fx", queue="q-fx",
+            target={"shell": f"sleep 0.5; {os.sys.executable} {script_path}"})
+    cluster.start_worker("w-fx1", queues="q-fx")
+    cluster.start_worker("w-fx2", queues="q-fx")
+    time.sleep(4)
+    killed_at = time.time()
+    cluster.kill(leader)
+    new_leader = cluster.wait_leader(timeout=15)
+    time.sleep(6)
+    cluster.start(leader)
+    cluster.wait_converged(timeout=40)
+    occs = job_occs(cluster, new_leader, "fx")
+    ids = [o["id"] for o in occs]
+    assert len(ids) == len(set(ids))
+    settled = [o for o in occs if o["scheduled_for"] and o["status"] not in ("pending",
+                                                                              "running")]
+    assert settled and all(o["status"] == "succeeded" for o in settled), [
+        (o["id"], o["status"]) for o in settled if o["status"] != "succeeded"]
+    conn = sqlite3.connect(sink)
+    rows = conn.execute("select key, token, accepted from effects").fetchall()
+    accepted: dict[str, list[int]] = {}
+    for key, token, ok in rows:
+        if ok:
+            accepted.setdefault(key, []).append(token)
+    for key, toks in accepted.items():
+        assert toks == sorted(toks), f"accepted tokens not increasing for {key}"
+    assert killed_at > 0

@@ -31,14 +31,15 @@ class ApiContext:
             await self.db.close()
 
     async def fetchall(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        """Run and finish the statement in one hop to the reader thread. A statement left
+        open between hops would pin its WAL snapshot for every concurrent request on this
+        connection, and a read right after a committed write could miss it."""
         assert self.db is not None
-        async with self.db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await self.db.execute_fetchall(sql, params))
 
     async def fetchone(self, sql: str, params: tuple | list = ()) -> tuple | None:
-        assert self.db is not None
-        async with self.db.execute(sql, params) as cur:
-            return await cur.fetchone()
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def propose(self, cmd: Command) -> dict[str, Any]:
         """Propose and return the applied result; rejections become HTTP errors."""

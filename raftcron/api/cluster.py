@@ -25,6 +25,8 @@ async def readyz(request: Request) -> JSONResponse:
     problems = []
     if st["leader_id"] is None:
         problems.append("no leader")
+    if not st.get("has_quorum"):
+        problems.append("no quorum: this node reaches no majority")
     if not st["ready"]:
         problems.append("not caught up with the leader")
     commit, applied = st.get("commit_index") or 0, st.get("raft_last_applied") or 0

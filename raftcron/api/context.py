@@ -61,10 +61,15 @@ class ApiContext:
             )
             raise HTTPError(503, code, msg, headers={"Retry-After": "1"}) from None
 
+    async def barrier(self) -> None:
+        """Commit a no-op and wait until this node applied it: reads after it see every
+        write acknowledged before it, on any node."""
+        await self.propose(Barrier(request_id=f"barrier-{uuid.uuid4().hex}"))
+
     async def maybe_barrier(self, request: Request) -> None:
-        """`?consistent=true`: commit a no-op and wait until this node applied it."""
+        """`?consistent=true` reads go through a barrier first."""
         if request.query_params.get("consistent", "").lower() in ("1", "true", "yes"):
-            await self.propose(Barrier(request_id=f"barrier-{uuid.uuid4().hex}"))
+            await self.barrier()
 
 
 def now_ms() -> int:

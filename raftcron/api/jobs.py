@@ -134,6 +134,7 @@ async def put_job(request: Request) -> JSONResponse:
     body = await json_body(request)
     job = parse_job(body, job_id=job_id)
     if isinstance(body, dict) and "paused" not in body:
+        await ctx.barrier()
         current = await load_job_row(ctx, job_id)
         spec = job.to_spec()
         spec["paused"] = bool(current[4])
@@ -202,6 +203,7 @@ async def backfill_job(request: Request) -> JSONResponse:
     end = parse_iso_ms(body.get("end"), "end")
     if end < start:
         raise ValidationError("end", "must not be before start")
+    await ctx.barrier()  # the job may have been created through another node a moment ago
     row = await load_job_row(ctx, job_id)
     from raftcron.core.model import Job
 
@@ -223,6 +225,7 @@ async def backfill_job(request: Request) -> JSONResponse:
             f"backfill {job_id} {key} {i}", now_ms(), job_id, key, chunk,
         ))
         ids += result["occurrence_ids"]
-        created += result.get("created", 0)
+        if not result.get("replayed_request"):
+            created += result.get("created", 0)
     return JSONResponse({"job_id": job_id, "request_key": key, "occurrence_ids": ids,
                          "count": len(ids), "created": created}, status_code=202)

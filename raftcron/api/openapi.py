@@ -84,6 +84,7 @@ def openapi_spec() -> dict[str, Any]:
                                              "message": {"type": "string"},
                                              "field": {"type": "string"}}}}}}},
         "paths": {
+            "/openapi.json": {"get": _op("This description", errors=())},
             "/healthz": {"get": _op("The process is up", errors=())},
             "/readyz": {"get": _op("Caught up and the cluster has a leader", errors=(503,))},
             "/v1/cluster": {"get": _op("This node's view of the cluster", errors=())},

@@ -216,7 +216,7 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     for i, url in enumerate(notify):
         if not isinstance(url, str) or len(url) > 2048 or urlsplit(url).scheme not in (
             "http", "https"
-        ):
+        ) or not urlsplit(url).netloc:
             raise ValidationError(f"notify.{i}", "must be an http(s) URL")
     return Job(
         id=jid,

@@ -172,6 +172,10 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     specs: dict[str, Any] = {}
     results = []
     for attempt_id, token, outcome, exit_code, output in cmd.completions:
+        if outcome not in ("succeeded", "failed"):
+            results.append({"attempt_id": attempt_id, **rejected(
+                errors.INVALID_STATE, "outcome must be succeeded or failed", "outcome")})
+            continue
         att = _load(conn, attempt_id)
         bad = _check_holder(att, token, cmd.worker_id)
         if bad is not None:

@@ -108,7 +108,7 @@ class StateMachine:
     def _dispatch(self, ctx: ApplyContext, cmd: c.Command) -> dict[str, Any]:
         if cmd.LEADER_ONLY:
             epoch = ctx.meta(META_EPOCH)
-            if cmd.epoch != epoch:  # type: ignore[attr-defined]
+            if epoch == 0 or cmd.epoch != epoch:  # type: ignore[attr-defined]
                 return rejected(
                     errors.STALE_EPOCH,
                     f"command from epoch {cmd.epoch} but the current epoch is {epoch}",  # type: ignore[attr-defined]

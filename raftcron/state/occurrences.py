@@ -37,6 +37,8 @@ class JobView:
     running: int | None = None
     queued: int | None = None
     new_watermark: int = field(default=0)
+    # Rows of this claim batch still queued for this job (indexes into the batch lists).
+    batch_queued: list[int] = field(default_factory=list)
 
     @property
     def overlap_policy(self) -> str:
@@ -126,12 +128,16 @@ def attempt_row(occ_id: str, view: JobView, not_before: int, now_ms: int) -> tup
     )
 
 
+def _as_replaced(row: tuple, now_ms: int) -> tuple:
+    """An occurrence row of this batch superseded by a newer instant (`replace`)."""
+    return (*row[:8], "cancelled", "replaced", *row[10:12], 0, row[13], row[14], now_ms)
+
+
 def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
     """Record the leader's decision for each nominal instant, once per (job, instant)."""
     conn = ctx.conn
     views = load_views(conn, {item[0] for item in cmd.items})
     occ_rows: list[tuple] = []
-    att_rows: list[tuple] = []
     rejected_items: list[list[Any]] = []
     fired = skipped = 0
     for job_id, job_version, scheduled_for, dispatch_at, decision in cmd.items:
@@ -146,6 +152,9 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
             # Everything at or before the watermark is already accounted for.
             rejected_items.append([job_id, scheduled_for, "already_claimed"])
             continue
+        if decision not in (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED):
+            rejected_items.append([job_id, scheduled_for, "invalid_decision"])
+            continue
         view.new_watermark = scheduled_for
         occ_id = identity.scheduled_occurrence_id(job_id, scheduled_for)
         reason: str | None = None
@@ -159,16 +168,23 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
                 reason = policy.SKIP_OVERLAP
             elif verdict.cancel_running:
                 cancel_running(ctx, job_id, cmd.now_ms)
+                for i in view.batch_queued:  # runs queued earlier in this same batch
+                    occ_rows[i] = _as_replaced(occ_rows[i], cmd.now_ms)
+                    fired -= 1
+                    skipped += 1
+                view.batch_queued.clear()
         status = "skipped" if reason else "pending"
         occ_rows.append(occurrence_row(
             occ_id, view, "scheduled", scheduled_for, dispatch_at, status, reason,
             cmd.epoch, cmd.now_ms,
         ))
         if reason is None:
-            att_rows.append(attempt_row(occ_id, view, dispatch_at, cmd.now_ms))
+            view.batch_queued.append(len(occ_rows) - 1)
             fired += 1
         else:
             skipped += 1
+    att_rows = [attempt_row(r[0], views[r[1]], r[6], cmd.now_ms) for r in occ_rows
+                if r[8] == "pending"]
     conn.execute("SAVEPOINT claim_rows")
     before = conn.total_changes
     conn.executemany(OCC_INSERT, occ_rows)

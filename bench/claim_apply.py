@@ -1,0 +1,172 @@
+"""Apply throughput of batched Claim commands versus plain sqlite3 executemany.
+
+Each Claim carries one item per job (1,000 jobs by default), so one command records 1,000
+occurrences. Commands go through the codec and `StateMachine.apply_bytes`, on a file-backed
+SQLite database in a temporary directory. The baseline inserts the same occurrence and
+attempt rows with `executemany` into tables created from the same schema, one transaction
+per batch.
+
+    python bench/claim_apply.py [--jobs 1000] [--rounds 20] [--reps 5] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sqlite3
+import statistics
+import tempfile
+import time
+
+from raftcron.core import commands as c
+from raftcron.core import identity
+from raftcron.core.model import parse_job
+from raftcron.state.db import open_writer, schema_sql
+from raftcron.state.machine import StateMachine
+
+T0 = 1_767_225_600_000
+MIN = 60_000
+TARGET = 50_000
+
+
+def job_ids(n: int) -> list[str]:
+    return [f"job-{i:05d}" for i in range(n)]
+
+
+def setup_machine(path: str, jobs: list[str], overlap: str) -> tuple[StateMachine, int]:
+    sm = StateMachine(open_writer(path))
+    index = 1
+    sm.apply_bytes(index, c.encode(c.BeginEpoch(term=1, node_id="bench", now_ms=T0)))
+    for job_id in jobs:
+        index += 1
+        spec = parse_job({"id": job_id, "schedule": "* * * * *", "target": {"shell": "true"},
+                          "overlap_policy": overlap}).to_spec()
+        r = sm.apply_bytes(index, c.encode(c.PutJob(f"r-{job_id}", T0, spec, True)))
+        assert r["ok"], r
+    return sm, index
+
+
+def claim_round(jobs: list[str], r: int, decision: str) -> c.Claim:
+    at = T0 + (r + 1) * MIN
+    return c.Claim(epoch=1, now_ms=at, items=[[j, 1, at, at, decision] for j in jobs])
+
+
+def run_machine(tmp: str, jobs: list[str], rounds: int, decision: str, overlap: str,
+                profiler: cProfile.Profile | None = None) -> float:
+    """Occurrence rows per second through encode + apply_bytes."""
+    sm, index = setup_machine(os.path.join(tmp, f"sm-{decision}-{overlap}.db"), jobs, overlap)
+    cmds = [claim_round(jobs, r, decision) for r in range(rounds)]
+    if profiler is not None:
+        profiler.enable()
+    start = time.perf_counter()
+    for cmd in cmds:
+        index += 1
+        result = sm.apply_bytes(index, c.encode(cmd))
+        if not result["ok"] or result["rejected_items"]:
+            raise RuntimeError(f"unexpected claim result {result}")
+    elapsed = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+    n = sm.conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
+    assert n == rounds * len(jobs), n
+    sm.conn.close()
+    return n / elapsed
+
+
+OCC_SQL = (
+    "INSERT INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
+    "dispatch_at_ms, job_version, status, reason, idempotency_key, request_key, attempts, "
+    "epoch, created_ms, finished_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+ATT_SQL = (
+    "INSERT INTO attempts (id, occurrence_id, job_id, tenant, queue, number, status, "
+    "not_before_ms, created_ms) VALUES (?,?,?,?,?,?,'pending',?,?)"
+)
+
+
+def run_baseline(tmp: str, jobs: list[str], rounds: int, with_attempts: bool) -> float:
+    """Rows per second for plain executemany of the equivalent rows, one txn per batch."""
+    path = os.path.join(tmp, f"base-{with_attempts}.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA cache_size=-65536")
+    conn.executescript(schema_sql())
+    batches = []
+    for r in range(rounds):
+        at = T0 + (r + 1) * MIN
+        occ_rows, att_rows = [], []
+        for j in jobs:
+            oid = identity.scheduled_occurrence_id(j, at)
+            occ_rows.append((oid, j, "default", "default", "scheduled", at, at, 1, "pending",
+                             None, None, None, 1, 1, at, None))
+            att_rows.append((identity.attempt_id(oid, 1), oid, j, "default", "default", 1,
+                             at, at))
+        batches.append((occ_rows, att_rows))
+    start = time.perf_counter()
+    for occ_rows, att_rows in batches:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(OCC_SQL, occ_rows)
+        if with_attempts:
+            conn.executemany(ATT_SQL, att_rows)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    n = conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
+    assert n == rounds * len(jobs)
+    conn.close()
+    return n / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="cProfile one machine run")
+    args = ap.parse_args()
+    jobs = job_ids(args.jobs)
+
+    variants = {
+        "machine: claim fire (occ+attempt)": lambda t: run_machine(
+            t, jobs, args.rounds, "fire", "allow"),
+        "machine: claim fire, forbid policy": lambda t: run_machine(
+            t, jobs, args.rounds, "fire", "forbid"),
+        "machine: claim misfire (occ only)": lambda t: run_machine(
+            t, jobs, args.rounds, "misfire", "allow"),
+        "executemany occ+attempt": lambda t: run_baseline(t, jobs, args.rounds, True),
+        "executemany occ only": lambda t: run_baseline(t, jobs, args.rounds, False),
+    }
+    results: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.reps):
+        for name, fn in variants.items():  # interleaved so drift hits every variant alike
+            with tempfile.TemporaryDirectory() as tmp:
+                results[name].append(fn(tmp))
+
+    print(f"claim apply benchmark: {args.jobs} occurrences/command, {args.rounds} commands/run, "
+          f"{args.reps} repetitions, sqlite {sqlite3.sqlite_version}")
+    print(f"{'variant':40} {'median occ/s':>14} {'min':>10} {'max':>10}")
+    for name, vals in results.items():
+        print(f"{name:40} {statistics.median(vals):14,.0f} {min(vals):10,.0f} "
+              f"{max(vals):10,.0f}")
+    med = {k: statistics.median(v) for k, v in results.items()}
+    fire = med["machine: claim fire (occ+attempt)"]
+    miss = med["machine: claim misfire (occ only)"]
+    print(f"ratio machine/executemany (occ+attempt): {fire / med['executemany occ+attempt']:.2f}")
+    print(f"ratio machine/executemany (occ only):    {miss / med['executemany occ only']:.2f}")
+    verdict = "meets" if fire >= TARGET else "BELOW"
+    print(f"target {TARGET:,} occ/s: {verdict} (claim fire median {fire:,.0f} occ/s)")
+
+    if args.profile or fire < TARGET:
+        prof = cProfile.Profile()
+        with tempfile.TemporaryDirectory() as tmp:
+            run_machine(tmp, jobs, args.rounds, "fire", "allow", profiler=prof)
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(18)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()

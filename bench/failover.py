@@ -1,0 +1,202 @@
+"""Leader failover benchmark: SIGKILL the leader repeatedly and time the recovery.
+
+Run: python bench/failover.py [--kills 20] [--jobs 50]
+
+Each round kills the node that reports itself leader with its duties running and measures
+  elected      time from the kill until another node reports role leader + leader_duties
+  first claim  time from the kill until the smallest `created_at` among occurrences of the
+               new epoch (the instant the new leader stamped into its first committed claim)
+then restarts the killed node and waits for equal digests on all nodes. Every round also
+checks the per-second jobs for duplicate (job, scheduled_for) occurrences and for holes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from raftcron.testing import LocalCluster, wait_until
+
+TARGET_P99_S = 1.0
+
+
+def iso_to_s(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def s_to_iso(t: float) -> str:
+    return datetime.fromtimestamp(int(t), tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def list_occurrences(c: LocalCluster, nid: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        query = {**params, "limit": 500}
+        if cursor:
+            query["cursor"] = cursor
+        page = c.get(nid, "/v1/occurrences", params=query)
+        out += page["occurrences"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return out
+
+
+def wait_new_leader(c: LocalCluster, among: list[str], timeout: float) -> tuple[str, float]:
+    """Poll the survivors as fast as they answer; return (leader, time observed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for nid in among:
+            view = c.cluster_view(nid)
+            if view and view["role"] == "leader" and view["leader_duties"]:
+                return nid, time.time()
+        time.sleep(0.01)
+    raise TimeoutError(f"no leader with duties among {among} after {timeout}s")
+
+
+def first_claim_s(c: LocalCluster, leader: str, epoch: int, killed_at: float,
+                  timeout: float = 30) -> float:
+    """The created_at (epoch seconds) of the earliest occurrence claimed in `epoch`."""
+    params = {"since": s_to_iso(killed_at - 10), "kind": "scheduled"}
+
+    def earliest() -> float | None:
+        mine = [o for o in list_occurrences(c, leader, params) if o["epoch"] == epoch]
+        return min(iso_to_s(o["created_at"]) for o in mine) if mine else None
+
+    return wait_until(earliest, timeout, interval=0.2, message=f"a claim of epoch {epoch}")
+
+
+class Ledger:
+    """Every scheduled occurrence seen, per job: duplicates and holes."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+
+    def record(self, occs: list[dict[str, Any]]) -> None:
+        for o in occs:
+            if o["kind"] == "scheduled":
+                self.ids[o["job_id"]][int(iso_to_s(o["scheduled_for"]))].add(o["id"])
+
+    def duplicates(self) -> int:
+        return sum(1 for per_job in self.ids.values() for v in per_job.values() if len(v) > 1)
+
+    def holes(self) -> int:
+        missing = 0
+        for per_job in self.ids.values():
+            if per_job:
+                lo, hi = min(per_job), max(per_job)
+                missing += (hi - lo + 1) - len(per_job)
+        return missing
+
+    def instants(self) -> int:
+        return sum(len(per_job) for per_job in self.ids.values())
+
+
+def run(kills: int, jobs: int, root: Path) -> int:
+    c = LocalCluster(root)
+    c.start()
+    try:
+        leader = c.wait_leader(timeout=60)
+        for i in range(jobs):
+            body = {"id": f"bench-{i:03d}", "schedule": {"cron": "* * * * * *"},
+                    "target": {"shell": "true"}}
+            resp = c.post(leader, "/v1/jobs", body)
+            if resp.status_code != 201:
+                raise SystemExit(f"job create failed: {resp.status_code} {resp.text}")
+        fetched_at = time.time()
+        time.sleep(3)
+        ledger = Ledger()
+        elected: list[float] = []
+        claimed: list[float] = []
+        per_round: list[tuple[int, str, str, float, float, int, int]] = []
+        for rnd in range(1, kills + 1):
+            old = c.wait_leader(timeout=60)
+            survivors = [n for n in c.procs if n != old]
+            killed_at = time.time()
+            c.kill(old)
+            new, seen_at = wait_new_leader(c, survivors, timeout=60)
+            epoch = c.cluster_view(new)["epoch"]
+            claim_at = first_claim_s(c, new, epoch, killed_at)
+            elected.append(seen_at - killed_at)
+            claimed.append(claim_at - killed_at)
+            time.sleep(1.5)
+            c.start(old)
+            c.wait_converged(timeout=120)
+            since = s_to_iso(fetched_at - 10)
+            fetched_at = time.time()
+            for j in range(jobs):
+                ledger.record(list_occurrences(
+                    c, new, {"job_id": f"bench-{j:03d}", "since": since, "kind": "scheduled"}))
+            per_round.append((rnd, old, new, elected[-1], claimed[-1], ledger.duplicates(),
+                              ledger.holes()))
+            print(f"round {rnd:>2}: killed {old} -> {new} (epoch {epoch})  "
+                  f"elected {elected[-1]:.3f}s  first claim {claimed[-1]:.3f}s  "
+                  f"dups {per_round[-1][5]}  holes {per_round[-1][6]}", flush=True)
+        # A last sweep over the whole run on every node, after convergence.
+        for nid in list(c.procs):
+            for j in range(jobs):
+                ledger.record(list_occurrences(c, nid, {"job_id": f"bench-{j:03d}",
+                                                        "kind": "scheduled"}))
+        report(kills, jobs, elected, claimed, ledger)
+        ok = percentile(elected, 99) <= TARGET_P99_S and percentile(claimed, 99) <= TARGET_P99_S
+        return 0 if ok and not ledger.duplicates() and not ledger.holes() else 1
+    finally:
+        c.close()
+
+
+def report(kills: int, jobs: int, elected: list[float], claimed: list[float],
+           ledger: Ledger) -> None:
+    print()
+    print(f"machine: nproc={os.cpu_count()} python={platform.python_version()} "
+          f"({platform.python_implementation()}) {platform.system()} {platform.machine()}")
+    print(f"workload: {jobs} jobs '* * * * * *', {kills} leader SIGKILLs, 3 nodes on loopback")
+    print()
+    print(f"{'metric':<14}{'median':>10}{'p99':>10}{'max':>10}{'target p99':>12}{'':>6}")
+    for name, values in (("elected", elected), ("first claim", claimed)):
+        p99 = percentile(values, 99)
+        verdict = "ok" if p99 <= TARGET_P99_S else "MISS"
+        print(f"{name:<14}{statistics.median(values):>9.3f}s{p99:>9.3f}s{max(values):>9.3f}s"
+              f"{'<= ' + format(TARGET_P99_S, '.1f') + 's':>12}{verdict:>6}")
+    print()
+    print(f"scheduled instants checked: {ledger.instants()}  "
+          f"duplicates: {ledger.duplicates()}  holes: {ledger.holes()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--jobs", type=int, default=50)
+    p.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = p.parse_args(argv)
+    if args.kills < 1 or args.jobs < 1:
+        p.error("--kills and --jobs must be at least 1")
+    root = Path(tempfile.mkdtemp(prefix="raftcron-bench-"))
+    try:
+        return run(args.kills, args.jobs, root)
+    finally:
+        if args.keep:
+            print(f"data kept in {root}", file=sys.stderr)
+        else:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

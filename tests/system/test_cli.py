@@ -1,0 +1,208 @@
+"""The real `raftcron` command line, as a subprocess, against real node processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftcron.testing import LocalCluster, wait_until
+
+pytestmark = pytest.mark.system
+
+
+def raftcron(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "raftcron", *args], capture_output=True,
+                          text=True, timeout=90, cwd=cwd)
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got: {stderr!r}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str]]:
+    """The cluster and the --server value the CLI uses (one follower: read-your-writes)."""
+    c = LocalCluster(Path(tmp_path_factory.mktemp("cli")))
+    c.start()
+    try:
+        leader = c.wait_leader(timeout=30)
+        wait_until(lambda: all(c.cluster_view(n) for n in c.ids), 30, message="all nodes up")
+        follower = next(n for n in c.ids if n != leader)
+        yield c, c.urls[follower]
+    finally:
+        c.close()
+
+
+def test_job_add_list_show_pause_resume_rm(cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    add = raftcron("job", "add", "cli-a", "--cron", "*/5 * * * *", "--shell", "echo hi",
+                   "--server", server)
+    assert add.returncode == 0, add.stderr
+    assert add.stdout.split("\n")[0].split() == ["id", "version", "next", "fire", "(UTC)"]
+    row = add.stdout.split("\n")[1].split()
+    assert row[:2] == ["cli-a", "1"]
+    assert row[2].endswith(":00Z") and int(row[2][14:16]) % 5 == 0
+
+    job = c.http.get(server + "/v1/jobs/cli-a").json()
+    assert job["schedule"]["cron"] == "*/5 * * * *"
+    assert job["target"] == {"shell": "echo hi"}
+
+    listed = raftcron("job", "list", "--server", server)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert rows[0] == ["id", "tenant", "cron", "timezone", "state", "version"]
+    assert ["cli-a", "default", "*/5", "*", "*", "*", "*", "UTC", "active", "1"] in rows
+
+    show = raftcron("job", "show", "cli-a", "--json", "--server", server)
+    assert show.returncode == 0, show.stderr
+    detail = json.loads(show.stdout)
+    assert detail["id"] == "cli-a" and detail["version"] == 1
+    assert detail["target"] == {"shell": "echo hi"}
+    assert len(detail["next_fire_times"]) == 5
+
+    pause = raftcron("job", "pause", "cli-a", "--server", server)
+    assert pause.returncode == 0, pause.stderr
+    assert pause.stdout.splitlines()[1].split() == ["cli-a", "paused"]
+    assert c.http.get(server + "/v1/jobs/cli-a").json()["paused"] is True
+    listed = raftcron("job", "list", "--json", "--server", server)
+    assert {j["id"]: j["paused"] for j in json.loads(listed.stdout)["jobs"]}["cli-a"] is True
+
+    resume = raftcron("job", "resume", "cli-a", "--server", server)
+    assert resume.returncode == 0, resume.stderr
+    assert resume.stdout.splitlines()[1].split() == ["cli-a", "active"]
+    assert c.http.get(server + "/v1/jobs/cli-a").json()["paused"] is False
+
+    rm = raftcron("job", "rm", "cli-a", "--server", server)
+    assert rm.returncode == 0, rm.stderr
+    assert rm.stdout.splitlines()[1].split() == ["cli-a", "deleted"]
+    assert c.http.get(server + "/v1/jobs/cli-a").status_code == 404
+    gone = raftcron("job", "show", "cli-a", "--server", server)
+    assert gone.returncode == 2
+    assert "404" in one_line(gone.stderr)
+
+
+def test_job_trigger_with_the_same_key_twice_is_one_occurrence(
+        cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    assert raftcron("job", "add", "cli-t", "--cron", "0 0 1 1 *", "--shell", "true",
+                    "--server", server).returncode == 0
+    first = raftcron("job", "trigger", "cli-t", "--key", "K", "--json", "--server", server)
+    second = raftcron("job", "trigger", "cli-t", "--key", "K", "--json", "--server", server)
+    assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a["id"] == b["id"]
+    assert a["duplicate"] is False and b["duplicate"] is True
+    table = raftcron("job", "trigger", "cli-t", "--key", "K", "--server", server)
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[1].split()[0] == a["id"]
+    occs = c.http.get(server + "/v1/occurrences",
+                      params={"job_id": "cli-t", "kind": "manual"}).json()["occurrences"]
+    assert [o["id"] for o in occs] == [a["id"]]
+    other = raftcron("job", "trigger", "cli-t", "--key", "K2", "--json", "--server", server)
+    assert json.loads(other.stdout)["id"] != a["id"]
+
+
+def test_job_backfill_prints_a_summary_on_stderr(cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    assert raftcron("job", "add", "cli-b", "--cron", "*/5 * * * *", "--shell", "true",
+                    "--server", server).returncode == 0
+    out = raftcron("job", "backfill", "cli-b", "--start", "2026-01-01T00:00:00Z",
+                   "--end", "2026-01-01T00:29:59Z", "--server", server)
+    assert out.returncode == 0, out.stderr
+    summary = one_line(out.stderr)
+    assert summary.startswith("backfill ")
+    assert summary.endswith(": 6 occurrences (6 new)"), summary
+    listed = out.stdout.splitlines()
+    assert listed[0] == "occurrence" and len(listed) == 7
+    occs = c.http.get(server + "/v1/occurrences",
+                      params={"job_id": "cli-b", "kind": "backfill"}).json()["occurrences"]
+    assert {o["id"] for o in occs} == set(listed[1:])
+    assert sorted(o["scheduled_for"] for o in occs) == [
+        f"2026-01-01T00:{m:02d}:00Z" for m in range(0, 30, 5)]
+    as_json = raftcron("job", "backfill", "cli-b", "--start", "2026-01-01T00:00:00Z",
+                       "--end", "2026-01-01T00:29:59Z", "--json", "--server", server)
+    assert as_json.returncode == 0 and as_json.stderr.strip() == ""
+    assert json.loads(as_json.stdout)["occurrence_ids"] == listed[1:]
+
+
+def test_status_shows_the_node_and_its_peers(cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    out = raftcron("status", "--server", server)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert rows[0] == ["node", "role", "term", "epoch", "leader", "commit", "applied"]
+    leader = c.wait_leader()
+    assert rows[1][1] == "follower" and rows[1][4] == leader
+    assert sorted(r[0] for r in rows[1:]) == ["n1", "n2", "n3"]
+    assert [r[1] for r in rows[2:]] == ["peer", "peer"]
+    as_json = json.loads(raftcron("status", "--json", "--server", server).stdout)
+    assert as_json["leader_id"] == leader and as_json["role"] == "follower"
+
+
+def test_cli_tries_the_next_server_when_one_is_down(cli: tuple[LocalCluster, str]) -> None:
+    _, server = cli
+    out = raftcron("status", "--json", "--server", f"http://127.0.0.1:9,{server}")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["node_id"] in ("n1", "n2", "n3")
+
+
+def test_bad_cron_on_job_add_exits_2_with_one_line(cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    out = raftcron("job", "add", "cli-bad", "--cron", "61 * * * *", "--shell", "true",
+                   "--server", server)
+    assert out.returncode == 2
+    line = one_line(out.stderr)
+    assert "schedule.cron" in line and "400" in line
+    assert out.stdout == ""
+    assert c.http.get(server + "/v1/jobs/cli-bad").status_code == 404
+
+
+def test_schedule_preview_across_the_dst_change() -> None:
+    out = raftcron("schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York",
+                   "--start", "2026-03-07T00:00:00Z", "--count", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["scheduled_for"] for r in rows] == [
+        "2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
+    assert rows[0]["local"] == "2026-03-07T02:30:00-05:00"
+    assert rows[2]["local"] == "2026-03-09T02:30:00-04:00"
+
+
+def test_schedule_preview_with_an_unknown_zone_exits_2() -> None:
+    out = raftcron("schedule", "preview", "--cron", "* * * * *", "--tz", "Mars/Olympus")
+    assert out.returncode == 2
+    assert "Mars/Olympus" in one_line(out.stderr)
+    assert out.stdout == ""
+
+
+def test_schedule_preview_with_a_bad_cron_exits_2() -> None:
+    out = raftcron("schedule", "preview", "--cron", "* * *")
+    assert out.returncode == 2
+    assert "schedule.cron" in one_line(out.stderr)
+
+
+def test_node_config_without_secret_file_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "n1.toml"
+    cfg.write_text('node_id = "n1"\ndata_dir = "n1"\nraft_addr = "127.0.0.1:1"\n'
+                   "http_port = 1\n")
+    out = raftcron("node", "--config", str(cfg), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "secret" in one_line(out.stderr)
+    assert not (tmp_path / "n1").exists()
+
+
+def test_node_config_with_an_unreadable_secret_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "n1.toml"
+    cfg.write_text('node_id = "n1"\ndata_dir = "n1"\nraft_addr = "127.0.0.1:1"\n'
+                   'http_port = 1\nsecret_file = "missing.secret"\n')
+    out = raftcron("node", "--config", str(cfg), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "secret" in one_line(out.stderr)

@@ -8,6 +8,7 @@ and request key. The idempotency key handed to a job is its occurrence id.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from raftcron.core.timefmt import ms_to_iso
@@ -17,8 +18,13 @@ def _short_hash(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
+@functools.lru_cache(maxsize=4096)
+def _instant_text(ms: int) -> str:
+    return ms_to_iso(ms) or ""
+
+
 def scheduled_occurrence_id(job_id: str, scheduled_for_ms: int) -> str:
-    return f"{job_id}@{ms_to_iso(scheduled_for_ms)}"
+    return f"{job_id}@{_instant_text(scheduled_for_ms)}"
 
 
 def manual_occurrence_id(job_id: str, idempotency_key: str) -> str:

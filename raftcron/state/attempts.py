@@ -183,10 +183,9 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             continue
         assert att is not None
         status = att[A_STATUS]
-        if status in ("succeeded", "failed", "cancelled"):
-            same = (status == outcome or (status == "cancelled" and outcome == "failed")) and (
-                att[A_EXIT] == exit_code
-            )
+        if status in ("succeeded", "failed", "cancelled", "timed_out"):
+            same = (status == outcome or (status in ("cancelled", "timed_out")
+                                          and outcome == "failed")) and att[A_EXIT] == exit_code
             if same:
                 results.append({"attempt_id": attempt_id, **ok(status=status, duplicate=True)})
             else:
@@ -200,6 +199,9 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         final = outcome
         if outcome == "failed" and att[A_CANCEL]:
             final = "cancelled"
+        elif outcome == "failed" and att[A_RUNTIME] is not None and cmd.now_ms >= att[A_RUNTIME]:
+            # The worker enforced max_runtime_s itself before the sweeper did.
+            final = "timed_out"
         conn.execute(
             "UPDATE attempts SET status = ?, finished_ms = ?, exit_code = ?, output = ? "
             "WHERE id = ?",
@@ -211,7 +213,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
-            retry_or_fail(ctx, att, spec, cmd.now_ms, f"exit code {exit_code}")
+            why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
+            retry_or_fail(ctx, att, spec, cmd.now_ms, why)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
     return ok(results=results)
 

@@ -766,7 +766,7 @@ def test_sweep_marks_timed_out_and_heartbeat_cancels(led):
         "timed_out", "max runtime exceeded", 1)
     assert led.hb(a, tok, t + 31_000) == {"attempt_id": a, "ok": True, "cancel": True}
     assert led.hb(a, tok, t + 31_000, worker="w2")["rejected"] == "foreign_lease"
-    assert led.complete(a, tok, t + 32_000, "failed", 137)["rejected"] == "lease_expired"
+    assert led.complete(a, tok, t + 32_000, "failed", 137)["rejected"] == "conflict"
     o = led.occurrence(occ("j", t))
     assert (o["status"], o["reason"]) == ("failed", "max runtime exceeded")
 

@@ -36,6 +36,7 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.apply_lock = threading.Lock()
         self.writer = db.open_writer(config.db_path)
+        self.checkpointer = db.Checkpointer(config.db_path).start()
         self.machine = StateMachine(self.writer, listener=self._on_applied)
         self.by_raft_addr = {p.raft_addr: p for p in config.peers}
         # Constructed on the main thread: its tick thread dies with the constructing thread.
@@ -208,6 +209,7 @@ class Node:
                 self.duties.stop()
 
     def close(self) -> None:
+        self.checkpointer.stop()
         try:
             self.raft.destroy()
         finally:

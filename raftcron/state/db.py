@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from importlib import resources
 
 META_LAST_APPLIED = "last_applied_index"
@@ -22,8 +23,48 @@ def open_writer(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=OFF")
     conn.execute("PRAGMA cache_size=-65536")
+    # Checkpoints run on a background connection (see Checkpointer), not inside the
+    # COMMIT of whichever apply happened to cross the WAL threshold.
+    conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.executescript(schema_sql())
     return conn
+
+
+class Checkpointer:
+    """Copies WAL pages into the database file every `period_s` seconds off the apply path.
+
+    A PASSIVE checkpoint never blocks the writer or readers; if readers pin old pages the
+    WAL simply grows until the next round. A TRUNCATE is attempted when the WAL is large.
+    """
+
+    def __init__(self, path: str, period_s: float = 1.0, truncate_pages: int = 20_000) -> None:
+        self.path = path
+        self.period_s = period_s
+        self.truncate_pages = truncate_pages
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
+
+    def start(self) -> Checkpointer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            while not self._stop.wait(self.period_s):
+                try:
+                    _, wal_pages, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if wal_pages > self.truncate_pages:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.OperationalError:
+                    continue  # busy: try again next round
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
 
 def open_reader(path: str) -> sqlite3.Connection:

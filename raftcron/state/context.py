@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -39,3 +40,10 @@ def rejected(code: str, message: str, field: str | None = None, **extra: Any) ->
         out["field"] = field
     out.update(extra)
     return out
+
+
+@functools.lru_cache(maxsize=200_000)
+def parse_spec(spec_json: str) -> dict[str, Any]:
+    """Job specs are immutable strings: parse each distinct one once. Callers must not
+    mutate the returned dict."""
+    return json.loads(spec_json)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Backfill, Claim, TriggerManual
-from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
 
 OCC_INSERT = (
@@ -46,12 +44,6 @@ class JobView:
         return self.spec["overlap_policy"]
 
 
-@functools.lru_cache(maxsize=200_000)
-def _parse_spec(spec_json: str) -> dict[str, Any]:
-    """Specs are immutable strings: parse each distinct one once (callers must not mutate)."""
-    return json.loads(spec_json)
-
-
 def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView]:
     views: dict[str, JobView] = {}
     ids = sorted(job_ids)
@@ -64,7 +56,7 @@ def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView
             chunk,
         ):
             views[row[0]] = JobView(
-                row[0], row[1], row[2], bool(row[3]), row[4], row[5], _parse_spec(row[6]),
+                row[0], row[1], row[2], bool(row[3]), row[4], row[5], parse_spec(row[6]),
                 new_watermark=row[5],
             )
     return views

@@ -186,16 +186,31 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
     )
 
 
+def _load_many(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple]:
+    found: dict[str, tuple] = {}
+    unique = list(dict.fromkeys(ids))
+    for i in range(0, len(unique), 500):
+        chunk = unique[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(f"SELECT {ATT_COLS} FROM attempts WHERE id IN ({marks})", chunk):
+            found[row[A_ID]] = row
+    return found
+
+
 def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
+    """Record outcomes. Successes (the common case) are written in two `executemany`."""
     conn = ctx.conn
     specs: dict[str, Any] = {}
     results = []
+    found = _load_many(conn, [item[0] for item in cmd.completions])
+    done_attempts: list[tuple] = []
+    done_occurrences: list[tuple] = []
     for attempt_id, token, outcome, exit_code, output in cmd.completions:
         if outcome not in ("succeeded", "failed"):
             results.append({"attempt_id": attempt_id, **rejected(
                 errors.INVALID_STATE, "outcome must be succeeded or failed", "outcome")})
             continue
-        att = _load(conn, attempt_id)
+        att = found.get(attempt_id)
         bad = _check_holder(att, token, cmd.worker_id)
         if bad is not None:
             results.append({"attempt_id": attempt_id, **bad})
@@ -221,20 +236,34 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         elif outcome == "failed" and att[A_RUNTIME] is not None and cmd.now_ms >= att[A_RUNTIME]:
             # The worker enforced max_runtime_s itself before the sweeper did.
             final = "timed_out"
+        # A repeat of this attempt later in the same command must see it as ended.
+        found[attempt_id] = (*att[:A_STATUS], final, *att[A_STATUS + 1 : A_EXIT], exit_code)
+        if final == "succeeded":
+            done_attempts.append((cmd.now_ms, exit_code, output, attempt_id))
+            done_occurrences.append((cmd.now_ms, att[A_OCC]))
+            results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
+            continue
         conn.execute(
             "UPDATE attempts SET status = ?, finished_ms = ?, exit_code = ?, output = ? "
             "WHERE id = ?",
             (final, cmd.now_ms, exit_code, output, attempt_id),
         )
-        if final == "succeeded":
-            _finish_occurrence(ctx, att[A_OCC], "succeeded", cmd.now_ms)
-        elif final == "cancelled":
+        if final == "cancelled":
             _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
             retry_or_fail(ctx, att, spec, cmd.now_ms, why)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
+    conn.executemany(
+        "UPDATE attempts SET status = 'succeeded', finished_ms = ?, exit_code = ?, output = ? "
+        "WHERE id = ?",
+        done_attempts,
+    )
+    conn.executemany(
+        "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
+        done_occurrences,
+    )
     return ok(results=results)
 
 

@@ -70,10 +70,13 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     _setup_logging(args.log_level)
     overrides = {"node_id": args.id, "http_port": args.http_port, "raft_addr": args.raft_addr,
-                 "data_dir": args.data_dir, "secret_file": args.secret_file}
+                 "data_dir": args.data_dir, "secret_file": args.secret_file,
+                 "webhooks": args.webhook, "webhook_secret_file": args.webhook_secret_file,
+                 "watchdog_url": args.watchdog_url}
     try:
         config = load_config(args.config, overrides)
         config.read_secret()
+        config.read_webhook_secret()
     except ConfigError as e:
         return _fail(str(e))
     run_node(config)
@@ -195,13 +198,54 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
         _print(args, client.request("DELETE", f"/v1/jobs/{args.job_id}"),
                [(args.job_id, "deleted")], ("id", "state"))
     elif action == "backfill":
-        result = client.request("POST", f"/v1/jobs/{args.job_id}/backfill",
-                                json={"start": args.start, "end": args.end}, retries=3)
-        if not args.json:
-            print(f"backfill {result['request_key']}: {result['count']} occurrences "
-                  f"({result['created']} new)", file=sys.stderr)
-        _print(args, result, [(o,) for o in result["occurrence_ids"]], ("occurrence",))
+        _backfill(args, client)
     return 0
+
+
+def _backfill(args: argparse.Namespace, client: Any) -> None:
+    """Backfill in slices of at most 1,000 instants, printing progress on stderr.
+
+    Every slice carries the same Idempotency-Key (derived from the whole request), so
+    re-running an interrupted backfill creates nothing twice."""
+    import hashlib
+
+    from raftcron.core.errors import ValidationError
+    from raftcron.core.model import parse_job
+    from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
+
+    try:
+        start = parse_iso_ms(args.start, "--start")
+        end = parse_iso_ms(args.end, "--end")
+    except ValidationError as e:
+        raise UsageError(f"{e.field}: {e.message}") from None
+    if end < start:
+        raise UsageError("--end must not be before --start")
+    job = client.request("GET", f"/v1/jobs/{args.job_id}")
+    sched = parse_job({k: job[k] for k in ("id", "schedule", "target")}).compiled()
+    instants = [t * 1000 for t in sched.iter_between((start - 1) // 1000, end // 1000)
+                if t * 1000 >= start]
+    key = args.key or hashlib.sha256(f"{args.job_id} {start} {end}".encode()).hexdigest()[:16]
+    ids: list[str] = []
+    created = 0
+    for i in range(0, max(len(instants), 1), 1000):
+        part = instants[i : i + 1000]
+        if not part:
+            break
+        result = client.request(
+            "POST", f"/v1/jobs/{args.job_id}/backfill",
+            json={"start": ms_to_iso(part[0]), "end": ms_to_iso(part[-1])},
+            headers={"Idempotency-Key": key}, retries=5)
+        ids += result["occurrence_ids"]
+        created += result["created"]
+        if not args.json:
+            print(f"backfill {args.job_id}: {len(ids)}/{len(instants)} instants",
+                  file=sys.stderr)
+    summary = {"job_id": args.job_id, "request_key": key, "occurrence_ids": ids,
+               "count": len(ids), "created": created}
+    if not args.json:
+        print(f"backfill {key}: {len(ids)} occurrences ({created} new)", file=sys.stderr)
+    _print(args, summary, [(o,) for o in ids] or [("(no instants in range)",)],
+           ("occurrence",))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -251,6 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     np_.add_argument("--raft-addr")
     np_.add_argument("--data-dir")
     np_.add_argument("--secret-file")
+    np_.add_argument("--webhook", action="append", metavar="URL",
+                     help="cluster-wide webhook receiver (repeatable; adds to config webhooks)")
+    np_.add_argument("--webhook-secret-file",
+                     help="HMAC key for X-Raftcron-Signature (default: the cluster secret)")
+    np_.add_argument("--watchdog-url", metavar="URL",
+                     help="the leader pings this URL after ticks (at most every 5 s)")
     np_.add_argument("--log-level", default="INFO")
     np_.set_defaults(func=cmd_node)
 
@@ -297,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "backfill":
             a.add_argument("--start", required=True)
             a.add_argument("--end", required=True)
+            a.add_argument("--key", help="Idempotency-Key (default: derived from the range)")
         a.set_defaults(func=cmd_job)
 
     st = sub.add_parser("status", help="cluster status")

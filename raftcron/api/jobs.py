@@ -222,7 +222,7 @@ async def backfill_job(request: Request) -> JSONResponse:
     for i in range(0, len(instants), BACKFILL_CHUNK):
         chunk = instants[i : i + BACKFILL_CHUNK]
         result = await ctx.propose(c.Backfill(
-            f"backfill {job_id} {key} {i}", now_ms(), job_id, key, chunk,
+            f"backfill {job_id} {key} {chunk[0]}-{chunk[-1]}", now_ms(), job_id, key, chunk,
         ))
         ids += result["occurrence_ids"]
         if not result.get("replayed_request"):

@@ -117,7 +117,8 @@ def test_job_backfill_prints_a_summary_on_stderr(cli: tuple[LocalCluster, str]) 
     out = raftcron("job", "backfill", "cli-b", "--start", "2026-01-01T00:00:00Z",
                    "--end", "2026-01-01T00:29:59Z", "--server", server)
     assert out.returncode == 0, out.stderr
-    summary = one_line(out.stderr)
+    progress, summary = out.stderr.strip().splitlines()
+    assert progress == "backfill cli-b: 6/6 instants"
     assert summary.startswith("backfill ")
     assert summary.endswith(": 6 occurrences (6 new)"), summary
     listed = out.stdout.splitlines()

@@ -18,6 +18,7 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as raft_pickle
 
+from raftcron.cluster import durability
 from raftcron.core.commands import UndecodableCommand
 from raftcron.state.db import get_meta
 from raftcron.state.machine import StateMachine
@@ -107,6 +108,7 @@ class RaftNode(SyncObj):
         password: str,
         apply_lock: threading.Lock,
         extra_conf: dict[str, Any] | None = None,
+        durable: bool = True,
     ) -> None:
         self._machine = machine
         self._apply_lock = apply_lock
@@ -119,7 +121,11 @@ class RaftNode(SyncObj):
             deserializer=self._store.deserialize,
             **{**RAFT_TUNING, **(extra_conf or {})},
         )
+        if durable:
+            durability.install_module_patches()
         super().__init__(self_addr, peer_addrs, conf)
+        # Sync the journal before any message leaves this node (see cluster.durability).
+        self.journal_syncer = durability.make_durable(self) if durable else None
 
     @replicated
     def submit(self, data: bytes) -> dict[str, Any]:

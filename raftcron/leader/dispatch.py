@@ -14,6 +14,10 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Lease
 from raftcron.leader.ticker import LostEpoch, now_ms
 
+# How far ahead a Lease may be committed; it is handed out only once its instant came.
+LEASE_LEAD_MS = 150
+GROUP_MS = 10
+
 
 def fair_order(rows: list[tuple[str, str, str]], limit: int) -> list[str]:
     """Round-robin over tenants, then over jobs within a tenant, keeping age order.
@@ -64,26 +68,37 @@ class Dispatcher:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _select(self, queues: list[str], limit: int, now: int) -> tuple[list[str], int | None]:
+    def _select(self, queues: list[str], limit: int, now: int
+                ) -> tuple[list[str], int, int | None]:
+        """Choose attempts to lease and the instant to stamp on the Lease command.
+
+        Looks `LEASE_LEAD_MS` ahead so that the Lease of a run due at T can be committed
+        before T (and handed out at T). Runs already due go out now, stamped `now`; if
+        none are due, the earliest upcoming group (within `GROUP_MS`) is chosen, stamped
+        with its latest instant. Returns (ids, stamp, next_due_when_nothing_chosen).
+        """
         if self._conn is None:
             self._conn = self.open_reader()
         marks = ",".join("?" * len(queues))
         rows = self._conn.execute(
-            "SELECT id, tenant, job_id FROM attempts WHERE status = 'pending' "
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms <= ? ORDER BY not_before_ms, id LIMIT ?",
-            (*queues, now, limit * 4 + len(self.reserved)),
+            (*queues, now + LEASE_LEAD_MS, limit * 4 + len(self.reserved)),
         ).fetchall()
         rows = [r for r in rows if r[0] not in self.reserved]
-        chosen = fair_order(rows, limit)
-        next_due = None
-        if not chosen:
-            row = self._conn.execute(
-                "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
-                f"AND queue IN ({marks}) AND not_before_ms > ?",
-                (*queues, now),
-            ).fetchone()
-            next_due = row[0]
-        return chosen, next_due
+        if rows:
+            first = rows[0][3]
+            cutoff = now if first <= now else first + GROUP_MS
+            group = [r for r in rows if r[3] <= cutoff]
+            chosen = fair_order([(r[0], r[1], r[2]) for r in group], limit)
+            due = {r[0]: r[3] for r in group}
+            return chosen, max([now] + [due[i] for i in chosen]), None
+        row = self._conn.execute(
+            "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms > ?",
+            (*queues, now + LEASE_LEAD_MS),
+        ).fetchone()
+        return [], now, row[0]
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int,
                     wait_s: float) -> list[dict[str, Any]]:
@@ -91,25 +106,29 @@ class Dispatcher:
         while True:
             changed = self._changed
             now = self.clock()
-            ids, next_due = self._select(queues, max_n, now)
+            ids, stamp, next_due = self._select(queues, max_n, now)
             if ids:
                 self.reserved.update(ids)
                 try:
                     result = await self.proposer.propose_leader(
-                        Lease(self.epoch, now, worker_id, ids)
+                        Lease(self.epoch, stamp, worker_id, ids)
                     )
                 finally:
                     self.reserved.difference_update(ids)
                 if not result.get("ok"):
                     raise LostEpoch(result.get("message", "lease refused"))
                 if result["leases"]:
+                    # Committed ahead of time: nothing is handed out before its instant.
+                    early_ms = stamp - self.clock()
+                    if early_ms > 0:
+                        await asyncio.sleep(early_ms / 1000)
                     return result["leases"]
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
             if next_due is not None:
-                remaining = min(remaining, max(0.0, (next_due - now) / 1000))
+                remaining = min(remaining, max(0.0, (next_due - LEASE_LEAD_MS - now) / 1000))
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:

@@ -12,11 +12,12 @@ from typing import Any
 
 import uvicorn
 
+from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster.proposer import ProposalError, Proposer
 from raftcron.cluster.raft import RaftNode
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
-from raftcron.leader.duties import LeaderDuties
+from raftcron.leader.duties import DutySettings, LeaderDuties
 from raftcron.state import db
 from raftcron.state.machine import StateMachine
 
@@ -25,6 +26,7 @@ log = logging.getLogger("raftcron.node")
 JOB_COMMANDS = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
                  c.PutJob, c.ResumeJob)
+OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
 MAX_CLOCK_BEHIND_MS = 2000
 
 
@@ -50,6 +52,12 @@ class Node:
         self._beginning: int | None = None
         self.started_monotonic = time.monotonic()
         self.skew_blocked = False
+        self.metrics = NodeMetrics()
+        self.duty_settings = DutySettings(
+            webhooks=config.webhooks, webhook_secret=config.read_webhook_secret(),
+            watchdog_url=config.watchdog_url, watchdog_method=config.watchdog_method,
+            watchdog_interval_s=config.watchdog_interval_s, tick_stale_s=config.tick_stale_s,
+        )
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -105,6 +113,8 @@ class Node:
             "leader_duties": bool(self.duties and not self.duties.stopped),
             "last_tick_ms": ticker.last_tick_ms if ticker else None,
             "clock_blocked": self.skew_blocked,
+            "clock_skew_ms": self.metrics.skew_ms,
+            "now_ms": int(time.time() * 1000),
             "peers": peers,
         }
 
@@ -114,12 +124,22 @@ class Node:
         loop = self.loop
         if loop is None or not result.get("ok"):
             return
-        loop.call_soon_threadsafe(self._handle_applied, cmd)
+        if cmd.LEADER_ONLY or isinstance(cmd, c.BeginEpoch):
+            # This node's clock minus the leader's, as committed (plus replication delay).
+            sent_ms: int = cmd.now_ms  # type: ignore[attr-defined]
+            self.metrics.skew_ms = int(time.time() * 1000) - sent_ms
+        loop.call_soon_threadsafe(self._handle_applied, cmd, result)
 
-    def _handle_applied(self, cmd: c.Command) -> None:
+    def _handle_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
+        if isinstance(cmd, c.BeginEpoch):
+            self.metrics.epoch_changes.inc()
         duties = self.duties
         if duties is None or duties.stopped:
             return
+        if isinstance(cmd, c.Lease) and cmd.epoch == duties.epoch:
+            self.metrics.observe_leases(cmd.now_ms, result.get("leases") or [])
+        if isinstance(cmd, OUTBOX_COMMANDS):
+            duties.outbox.notify()
         if isinstance(cmd, JOB_COMMANDS):
             duties.ticker.notify_jobs_changed({cmd.job_id if hasattr(cmd, "job_id")
                                                else cmd.job["id"]})  # type: ignore[attr-defined]
@@ -177,7 +197,8 @@ class Node:
         self.skew_blocked = False
         self._beginning = None
         log.info("epoch %d begins on %s", term, self.config.node_id)
-        self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited)
+        self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
+                                   self.duty_settings, self.metrics.on_duty_event)
         self.duties.start()
 
     def _duties_exited(self, duties: LeaderDuties, exc: BaseException | None) -> None:

@@ -1,95 +1,331 @@
-// The status page: polls the API of whichever node served it; actions use the same API.
+// The status page: polls the API of whichever node served it (relative URLs, so any node
+// works); actions go through the same API. No build step, no dependencies.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
+const POLL_MS = 2000;
+const HERD_MS = 30000;
+const SYMBOL = {
+  succeeded: "✓", failed: "✗", running: "▶", pending: "…", skipped: "↷", cancelled: "⊘",
+};
+const lastRendered = new Map();
 
-function cell(text, cls) {
-  const td = document.createElement("td");
-  if (cls) {
-    const span = document.createElement("span");
-    span.className = cls;
-    span.textContent = text;
-    td.appendChild(span);
-  } else {
-    td.textContent = text ?? "–";
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
   }
-  return td;
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
 }
 
-function fill(tbody, rows) {
-  tbody.replaceChildren(...rows.map((cells) => {
-    const tr = document.createElement("tr");
-    tr.append(...cells);
-    return tr;
-  }));
+function td(content, attrs = {}) {
+  return el("td", attrs, content ?? "–");
+}
+
+function statusBadge(status, extra) {
+  const text = `${SYMBOL[status] || "•"} ${status}${extra ? ` (${extra})` : ""}`;
+  return el("span", { class: `status status-${status}` }, text);
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 90) return `${Math.round(seconds)} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  return `${(seconds / 3600).toFixed(1)} h ago`;
+}
+
+function sinceIso(iso) {
+  return iso ? age((Date.now() - Date.parse(iso)) / 1000) : "–";
+}
+
+function shortTime(iso) {
+  return iso ? iso.replace("T", " ").replace("Z", " UTC") : "–";
+}
+
+// Re-render only what changed, and give focus back to the control that had it, so a
+// keyboard user does not lose their place every two seconds.
+function render(key, data, container, build) {
+  const json = JSON.stringify(data);
+  if (lastRendered.get(key) === json) return;
+  lastRendered.set(key, json);
+  const focused = document.activeElement && document.activeElement.dataset
+    ? document.activeElement.dataset.key : undefined;
+  build(container, data);
+  if (focused) {
+    const again = container.querySelector(`[data-key="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+}
+
+function fillRows(tbody, rows, empty) {
+  if (!rows.length) {
+    const cols = tbody.closest("table").querySelectorAll("thead th").length;
+    tbody.replaceChildren(el("tr", {}, el("td", { colspan: cols, class: "muted" }, empty)));
+    return;
+  }
+  tbody.replaceChildren(...rows.map((cells) => el("tr", {}, ...cells)));
 }
 
 async function api(path, options = {}) {
-  const resp = await fetch(path, { headers: { "content-type": "application/json" }, ...options });
-  const body = await resp.json();
-  if (!resp.ok) throw new Error(body.error ? body.error.message : resp.statusText);
+  const resp = await fetch(path, {
+    ...options, headers: { "content-type": "application/json", ...(options.headers || {}) },
+  });
+  let body = null;
+  try { body = await resp.json(); } catch (e) { body = null; }
+  if (!resp.ok) {
+    const msg = body && body.error ? body.error.message : resp.statusText;
+    const err = new Error(msg);
+    err.status = resp.status;
+    err.body = body;
+    throw err;
+  }
   return body;
 }
 
-function actionButton(label, job, action, confirmText) {
-  const b = document.createElement("button");
-  b.type = "button";
-  b.textContent = label;
-  b.setAttribute("aria-label", `${label} ${job}`);
-  b.addEventListener("click", async () => {
-    if (confirmText && !window.confirm(confirmText)) return;
-    try {
-      await api(`/v1/jobs/${encodeURIComponent(job)}/${action}`, { method: "POST", body: "{}" });
-      $("#summary").textContent = `${label}: ${job} done`;
-      refresh();
-    } catch (e) {
-      $("#summary").textContent = `${label} ${job} failed: ${e.message}`;
-    }
-  });
-  return b;
+function say(text) {
+  $("#action-result").textContent = text;
 }
 
-async function refresh() {
+async function act(job, action, label) {
+  const headers = action === "trigger"
+    ? { "Idempotency-Key": `page-${Date.now()}-${Math.random().toString(36).slice(2)}` } : {};
   try {
-    const [cluster, jobs, occ] = await Promise.all([
-      api("/v1/cluster"), api("/v1/jobs?limit=200"), api("/v1/occurrences?limit=50"),
-    ]);
-    const peers = cluster.peers.map((p) => p.id + (p.reachable ? " ✓" : " ✗")).join(", ");
-    $("#summary").textContent =
-      `node ${cluster.node_id} is ${cluster.role}; leader ${cluster.leader_id ?? "none"}; ` +
-      `term ${cluster.term}, epoch ${cluster.epoch}`;
-    fill($("#cluster tbody"), [[
-      cell(cluster.node_id), cell(cluster.role), cell(String(cluster.term)),
-      cell(String(cluster.epoch)), cell(String(cluster.commit_index)),
-      cell(String(cluster.last_applied_index)), cell(peers),
-      cell(cluster.last_tick_ms ? new Date(cluster.last_tick_ms).toISOString() : "–"),
-    ]]);
-    const details = await Promise.all(
-      jobs.jobs.slice(0, 50).map((j) => api(`/v1/jobs/${encodeURIComponent(j.id)}`)));
-    fill($("#jobs tbody"), details.map((j) => {
-      const next = j.next_fire_times[0];
-      const last = j.latest_occurrence;
-      const actions = document.createElement("td");
-      actions.append(
-        j.paused ? actionButton("Resume", j.id, "resume") : actionButton("Pause", j.id, "pause"),
-        actionButton("Run now", j.id, "trigger", `Run ${j.id} now?`));
-      return [
-        cell(j.id), cell(`${j.schedule.cron} (${j.schedule.timezone})`),
-        cell(next ? `${next.local} (${next.utc})` : "–"),
-        last ? cell(`${last.status} ${last.scheduled_for}`, `status status-${last.status}`)
-             : cell("never"),
-        cell(j.paused ? "paused" : "active"), actions,
-      ];
-    }));
-    fill($("#occurrences tbody"), occ.occurrences.map((o) => [
-      cell(o.id), cell(o.kind), cell(o.scheduled_for),
-      cell(o.status + (o.reason ? ` (${o.reason})` : ""), `status status-${o.status}`),
-      cell(String(o.attempts)),
-    ]));
+    const result = await api(`/v1/jobs/${encodeURIComponent(job)}/${action}`,
+      { method: "POST", body: "{}", headers });
+    say(action === "trigger" ? `${label} ${job}: occurrence ${result.id} is ${result.status}`
+      : `${label} ${job}: done`);
+    lastRendered.delete("jobs");
+    refresh();
   } catch (e) {
-    $("#summary").textContent = `cannot reach the API: ${e.message}`;
+    say(`${label} ${job} failed: ${e.message}`);
   }
 }
 
-refresh();
-setInterval(refresh, 2000);
+function actionButton(label, job, action, confirmText) {
+  return el("button", {
+    type: "button", "aria-label": `${label} ${job}`,
+    // Pause and Resume share a key: after a click, focus lands on the button that replaced it.
+    "data-key": `${action === "trigger" ? "trigger" : "toggle"}:${job}`,
+    onclick: () => {
+      if (confirmText && !window.confirm(confirmText)) {
+        say(`${label} ${job}: cancelled`);
+        return;
+      }
+      act(job, action, label);
+    },
+  }, label);
+}
+
+// --- sections ---------------------------------------------------------------------------
+
+function renderHealth(container, { ready, nodes }) {
+  const problems = [...(ready.problems || [])];
+  const notReady = problems.length > 0;
+  const down = nodes.nodes.filter((n) => !n.reachable).map((n) => n.node_id);
+  if (down.length) problems.push(`unreachable over HTTP: ${down.join(", ")}`);
+  const warnings = ready.warnings || [];
+  container.className = `banner ${problems.length ? "banner-bad" : "banner-ok"}`;
+  const tick = ready.tick_age_s === null || ready.tick_age_s === undefined
+    ? "no tick seen" : `last tick ${ready.tick_age_s.toFixed(1)} s ago`;
+  container.replaceChildren(
+    el("strong", {}, notReady ? "⚠ Not ready: " : problems.length ? "⚠ Degraded: " : "✓ Ready: "),
+    problems.length ? problems.join("; ") : `leader ${ready.leader_id}, ${tick}`,
+    ...warnings.map((w) => el("div", { class: "muted" }, `note: ${w}`)),
+  );
+}
+
+function renderCluster(tbody, data) {
+  fillRows(tbody, data.nodes.map((n) => {
+    const reach = n.reachable ? "✓ yes" : `✗ no${n.error ? ` (${n.error})` : ""}`;
+    const link = n.raft_link_from_here === false ? "; Raft link from here down" : "";
+    const skew = n.clock_skew_vs_leader_ms;
+    return [
+      el("th", { scope: "row" }, n.node_id + (n.node_id === data.asked_by ? " (this page)" : "")),
+      td(n.role ? statusBadgeRole(n.role) : "unknown"), td(n.term), td(n.leader_id),
+      td(n.commit_index), td(n.last_applied_index),
+      td(n.replication_lag === null || n.replication_lag === undefined ? "–"
+        : `${n.replication_lag} entries`),
+      td(reach + link),
+      td(skew === null || skew === undefined ? "–"
+        : `${skew > 0 ? "+" : ""}${Math.round(skew)} ms`),
+      td(n.last_tick_ms ? age((Date.now() - n.last_tick_ms) / 1000) : "–"),
+    ];
+  }), "no nodes");
+}
+
+function statusBadgeRole(role) {
+  return el("span", { class: `role role-${role}` }, role === "leader" ? `★ ${role}` : role);
+}
+
+function renderAlerts(tbody, { open, resolved }) {
+  const rows = [...open, ...resolved.slice(0, 10)];
+  fillRows(tbody, rows.map((a) => [
+    td(el("span", { class: `status alert-${a.status}` },
+      a.status === "open" ? "⚠ open" : "✓ resolved")),
+    td(a.job_id), td(shortTime(a.scheduled_for)),
+    td(a.reason), td(sinceIso(a.raised_at)), td(a.resolved_at ? sinceIso(a.resolved_at) : "–"),
+    td([a.message, ...a.history.filter((h) => h.event === "resolved" && h.message)
+      .map((h) => `resolved: ${h.message}`)].filter(Boolean).join("; ") || "–"),
+  ]), "no alerts");
+}
+
+function renderJobs(tbody, jobs) {
+  fillRows(tbody, jobs.map((j) => {
+    const next = el("ol", { class: "fires" }, ...j.next_fire_times.map((f) =>
+      el("li", {}, `${f.local.replace("T", " ")} / ${shortTime(f.utc)}`)));
+    const last = j.last_run;
+    const actions = el("td", { class: "actions" },
+      j.paused ? actionButton("Resume", j.id, "resume") : actionButton("Pause", j.id, "pause"),
+      actionButton("Run now", j.id, "trigger", `Run ${j.id} now?`));
+    return [
+      el("th", { scope: "row" }, j.id),
+      td(el("span", {}, el("span", {}, j.describe),
+        el("br"), el("code", {}, `${j.schedule.cron}`), ` ${j.schedule.timezone}`,
+        j.deadline_s ? el("span", { class: "muted" }, ` · deadline ${j.deadline_s} s`) : null)),
+      td(j.next_fire_times.length ? next : "none"),
+      td(last ? el("span", {}, statusBadge(last.status, last.reason), el("br"),
+        el("span", { class: "muted" }, `${last.kind} ${shortTime(last.scheduled_for)}`))
+        : "never ran"),
+      td(el("span", { class: `state state-${j.paused ? "paused" : "active"}` },
+        j.paused ? "‖ paused" : "● active"), { "data-job-state": j.id }),
+      actions,
+    ];
+  }), "no jobs yet");
+}
+
+function renderTimeline(container, jobs) {
+  container.replaceChildren(...jobs.map((j) => {
+    const occs = [...j.timeline].reverse();
+    const strip = el("ol", { class: "strip", "aria-label": `Recent occurrences of ${j.id}` },
+      ...occs.map((o) => {
+        const label = `${shortTime(o.scheduled_for)} ${o.kind}: ${o.status}` +
+          (o.reason ? ` (${o.reason})` : "");
+        return el("li", { class: `occ status-${o.status}`, title: label },
+          el("span", { "aria-hidden": "true" }, SYMBOL[o.status] || "•"),
+          el("span", { class: "sr-only" }, label));
+      }));
+    const skipped = occs.filter((o) => o.status === "skipped");
+    const reasons = [...new Set(skipped.map((o) => o.reason))];
+    const list = el("details", {},
+      el("summary", { "data-key": `details:${j.id}` }, `List ${occs.length} occurrences of ${j.id}`),
+      el("ul", {}, ...j.timeline.map((o) => el("li", {},
+        `${shortTime(o.scheduled_for)} — ${o.kind} — `, statusBadge(o.status, o.reason),
+        o.attempts > 1 ? ` after ${o.attempts} attempts` : ""))));
+    return el("div", { class: "job-timeline" },
+      el("h3", {}, j.id),
+      occs.length ? strip : el("p", { class: "muted" }, "no occurrences yet"),
+      skipped.length ? el("p", { class: "muted" },
+        `${skipped.length} skipped: ${reasons.join(", ")}`) : null,
+      occs.length ? list : null);
+  }));
+  if (!jobs.length) container.replaceChildren(el("p", { class: "muted" }, "no jobs yet"));
+}
+
+function renderRunning(tbody, attempts) {
+  fillRows(tbody, attempts.map((a) => [
+    td(a.job_id), td(a.id), td(a.worker_id), td(sinceIso(a.leased_at)),
+    td(a.heartbeat_age_s === null ? "–" : `${a.heartbeat_age_s.toFixed(1)} s`),
+    td(a.fencing_token),
+  ]), "nothing running");
+}
+
+function renderWorkers(tbody, workers) {
+  fillRows(tbody, workers.map((w) => [
+    el("th", { scope: "row" }, w.worker_id), td(age(w.last_seen_age_s)), td(w.runs),
+    td(w.running), td(w.succeeded), td(w.failed),
+  ]), "no worker has run anything yet");
+}
+
+function renderHerd(container, herd) {
+  const counts = herd.counts;
+  const max = Math.max(1, ...counts);
+  const w = counts.length;
+  const h = 120;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  const peak = herd.peak ? `peak ${herd.peak.count} at ${shortTime(herd.peak.at)}` : "nothing due";
+  svg.setAttribute("aria-label",
+    `Bar chart of occurrences due per ${herd.bucket_s / 60} minute(s) over ${herd.hours} h: ${peak}`);
+  let d = "";
+  counts.forEach((c, i) => {
+    if (c) d += `M${i + 0.5} ${h}V${h - (c / max) * (h - 4)}`;
+  });
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", d);
+  path.setAttribute("class", "bars");
+  path.setAttribute("stroke-width", "1");
+  svg.append(path);
+  const hours = el("div", { class: "herd-axis", "aria-hidden": "true" },
+    ...[0, 6, 12, 18, 24].map((hh) => el("span", {}, hh === 0 ? "now" : `+${hh} h`)));
+  container.replaceChildren(svg, hours);
+  $("#herd-summary").textContent = `${herd.total} occurrences over the next ${herd.hours} h ` +
+    `from ${herd.jobs} active jobs; ${peak} (max ${max} per bucket).` +
+    (herd.truncated ? " Truncated: too many instants to count them all." : "");
+}
+
+// --- polling ----------------------------------------------------------------------------
+
+async function readyz() {
+  const resp = await fetch("/readyz");
+  return resp.json();
+}
+
+async function refresh() {
+  const results = await Promise.allSettled([
+    readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
+    api("/v1/alerts?status=resolved&limit=10"), api("/v1/status/jobs"),
+    api("/v1/attempts?status=running&limit=100"), api("/v1/workers"),
+  ]);
+  const [ready, nodes, open, resolved, jobs, running, workers] =
+    results.map((r) => (r.status === "fulfilled" ? r.value : null));
+  const failed = results.filter((r) => r.status === "rejected");
+  if (nodes) {
+    const self = nodes.nodes.find((n) => n.node_id === nodes.asked_by) || {};
+    $("#summary").textContent = `Served by ${nodes.asked_by} (${self.role || "unknown"}); ` +
+      `leader ${nodes.leader_id || "none"}; term ${self.term ?? "?"}` +
+      (open ? `; ${open.alerts.length} open alert${open.alerts.length === 1 ? "" : "s"}` : "");
+    render("cluster", nodes, $("#cluster tbody"), renderCluster);
+  }
+  if (ready && nodes) render("health", { ready, nodes }, $("#health"), renderHealth);
+  if (open && resolved) {
+    render("alerts", { open: open.alerts, resolved: resolved.alerts }, $("#alerts tbody"),
+      renderAlerts);
+  }
+  if (jobs) {
+    render("jobs", jobs.jobs, $("#jobs tbody"), renderJobs);
+    render("timeline", jobs.jobs, $("#timeline"), renderTimeline);
+  }
+  if (running) render("running", running.attempts, $("#running tbody"), renderRunning);
+  if (workers) render("workers", workers.workers, $("#workers tbody"), renderWorkers);
+  $("#updated").textContent = failed.length
+    ? `Update at ${new Date().toLocaleTimeString()} incomplete: ${failed[0].reason.message}`
+    : `Updated ${new Date().toLocaleTimeString()} (every ${POLL_MS / 1000} s)`;
+}
+
+async function refreshHerd() {
+  try {
+    render("herd", await api("/v1/schedule/herd?hours=24&bucket_s=60"), $("#herd"), renderHerd);
+  } catch (e) {
+    $("#herd-summary").textContent = `cannot compute the load ahead: ${e.message}`;
+  }
+}
+
+async function loop() {
+  try { await refresh(); } catch (e) { $("#summary").textContent = `cannot reach the API: ${e.message}`; }
+  setTimeout(loop, POLL_MS);
+}
+
+loop();
+refreshHerd();
+setInterval(refreshHerd, HERD_MS);

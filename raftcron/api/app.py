@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from raftcron.api import cluster, jobs, occurrences, workers
+from raftcron.api import alerts, cluster, jobs, metrics, occurrences, status, workers
 from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
 from raftcron.api.openapi import openapi_spec
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from raftcron.node import Node
 
 log = logging.getLogger("raftcron.api")
-WEB_DIR = Path(__file__).resolve().parent.parent.parent / "web"
+# The status page lives in the repository's top-level web/ (no build step); an installed
+# package (e.g. the Docker image) points RAFTCRON_WEB_DIR at its copy.
+WEB_DIR = Path(os.environ.get("RAFTCRON_WEB_DIR")
+               or Path(__file__).resolve().parent.parent.parent / "web")
 
 
 async def openapi(request: Request) -> JSONResponse:
@@ -45,7 +49,14 @@ ROUTES = [
     Route("/healthz", cluster.healthz),
     Route("/readyz", cluster.readyz),
     Route("/openapi.json", openapi),
+    Route("/metrics", metrics.metrics),
     Route("/v1/cluster", cluster.cluster),
+    Route("/v1/cluster/nodes", cluster.cluster_nodes),
+    Route("/v1/alerts", alerts.list_alerts, methods=["GET"]),
+    Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
+    Route("/v1/attempts", status.list_attempts, methods=["GET"]),
+    Route("/v1/workers", status.list_workers, methods=["GET"]),
+    Route("/v1/schedule/herd", status.herd, methods=["GET"]),
     Route("/v1/digest", cluster.state_digest),
     Route("/v1/jobs", jobs.create_job, methods=["POST"]),
     Route("/v1/jobs", jobs.list_jobs, methods=["GET"]),

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
+import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -10,6 +15,8 @@ from raftcron.state.db import last_applied
 from raftcron.state.digest import digest
 
 MAX_READY_LAG = 1000
+PEER_TIMEOUT_S = 1.0
+LEADER_VIEW_TTL_S = 1.0
 
 
 async def cluster(request: Request) -> JSONResponse:
@@ -20,9 +27,34 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+async def cluster_tick(request: Request, status: dict[str, Any]) -> dict[str, Any]:
+    """When the leader's ticker last ran: this node's own ticker on the leader, else the
+    leader's `/v1/cluster` (short timeout, cached for a second)."""
+    if status["role"] == "leader":
+        return {"last_tick_ms": status.get("last_tick_ms"), "source": status["node_id"]}
+    url = status.get("leader_url")
+    if not url:
+        return {"last_tick_ms": None, "source": None, "error": "no leader"}
+    cache = getattr(request.app.state, "leader_view", None)
+    mono = time.monotonic()
+    if cache and cache[0] == url and mono - cache[1] < LEADER_VIEW_TTL_S:
+        return cache[2]
+    try:
+        resp = await request.app.state.http.get(f"{url}/v1/cluster", timeout=0.5)
+        view = resp.json()
+        out = {"last_tick_ms": view.get("last_tick_ms"), "source": view.get("node_id")}
+    except (httpx.HTTPError, ValueError, AttributeError) as e:
+        out = {"last_tick_ms": None, "source": None,
+               "error": f"cannot reach the leader at {url}: {type(e).__name__}"}
+    request.app.state.leader_view = (url, mono, out)
+    return out
+
+
 async def readyz(request: Request) -> JSONResponse:
-    st = ctx_of(request).node.status()
+    node = ctx_of(request).node
+    st = node.status()
     problems = []
+    warnings = []
     if st["leader_id"] is None:
         problems.append("no leader")
     if not st.get("has_quorum"):
@@ -32,9 +64,70 @@ async def readyz(request: Request) -> JSONResponse:
     commit, applied = st.get("commit_index") or 0, st.get("raft_last_applied") or 0
     if commit - applied > MAX_READY_LAG:
         problems.append(f"{commit - applied} entries behind")
-    body = {"ready": not problems, "problems": problems, "node_id": st["node_id"],
-            "leader_id": st["leader_id"]}
+    if st.get("clock_blocked"):
+        problems.append("the leader's clock is behind the cluster: it does not tick")
+    tick_age_s = None
+    if st["leader_id"] is not None:
+        tick = await cluster_tick(request, st)
+        if tick.get("error"):
+            warnings.append(tick["error"])
+        elif tick.get("last_tick_ms") is None:
+            problems.append("the leader's ticker has not run")
+        else:
+            tick_age_s = round(time.time() - tick["last_tick_ms"] / 1000, 3)
+            if tick_age_s > node.config.tick_stale_s:
+                problems.append(f"no tick for {tick_age_s:.0f} s "
+                                f"(threshold {node.config.tick_stale_s:g} s)")
+    body = {"ready": not problems, "problems": problems, "warnings": warnings,
+            "node_id": st["node_id"], "leader_id": st["leader_id"], "tick_age_s": tick_age_s}
     return JSONResponse(body, status_code=200 if not problems else 503)
+
+
+async def _peer_view(client: httpx.AsyncClient, node_id: str, url: str) -> dict[str, Any]:
+    t0 = time.time() * 1000
+    try:
+        resp = await client.get(f"{url}/v1/cluster", timeout=PEER_TIMEOUT_S)
+        view = resp.json()
+        if not isinstance(view, dict):
+            raise ValueError("not an object")
+    except (httpx.HTTPError, ValueError) as e:
+        return {"node_id": node_id, "http_url": url, "reachable": False,
+                "error": type(e).__name__}
+    t1 = time.time() * 1000
+    offset = view["now_ms"] - (t0 + t1) / 2 if isinstance(view.get("now_ms"), int) else None
+    return {**view, "http_url": url, "reachable": True, "rtt_ms": round(t1 - t0, 1),
+            "clock_offset_ms": None if offset is None else round(offset, 1)}
+
+
+async def cluster_nodes(request: Request) -> JSONResponse:
+    """Every node's own `/v1/cluster`, asked over HTTP with a short timeout, plus the lag
+    and clock skew of each against the leader (skew estimated from the request midpoint,
+    so it is accurate to about half the round trip)."""
+    node = ctx_of(request).node
+    own = node.status()
+    own.update(http_url=node.config.http_url, reachable=True, rtt_ms=0.0, clock_offset_ms=0.0)
+    raft_links = {p["id"]: p["reachable"] for p in own.get("peers", [])}
+    client: httpx.AsyncClient = request.app.state.http
+    peers = await asyncio.gather(*(_peer_view(client, p.id, p.http_url)
+                                   for p in node.config.peers))
+    nodes = [own, *peers]
+    leader = next((n for n in nodes if n.get("role") == "leader" and n.get("reachable")), None)
+    for n in nodes:
+        n["raft_link_from_here"] = (None if n is own else raft_links.get(n["node_id"]))
+        if leader is not None and n.get("reachable"):
+            n["replication_lag"] = max(0, (leader.get("commit_index") or 0)
+                                       - (n.get("last_applied_index") or 0))
+            lo, no = leader.get("clock_offset_ms"), n.get("clock_offset_ms")
+            n["clock_skew_vs_leader_ms"] = (None if lo is None or no is None
+                                            else round(no - lo, 1))
+        else:
+            n["replication_lag"] = None
+            n["clock_skew_vs_leader_ms"] = None
+        n.pop("peers", None)
+    return JSONResponse({"asked_by": node.config.node_id,
+                         "leader_id": leader["node_id"] if leader else own.get("leader_id"),
+                         "tick_stale_s": node.config.tick_stale_s,
+                         "nodes": sorted(nodes, key=lambda n: n["node_id"])})
 
 
 async def state_digest(request: Request) -> JSONResponse:

@@ -35,7 +35,7 @@ def path_job_id(request: Request) -> str:
 
 def page_limit(request: Request, default: int = 100) -> int:
     raw = request.query_params.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise ValidationError("limit", f"must be an integer from 1 to {MAX_PAGE}")
     return int(raw)
 
@@ -123,7 +123,7 @@ def if_match(request: Request) -> int | None:
     if raw is None:
         return None
     raw = raw.strip().strip('"')
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise HTTPError(400, "invalid", "must be a job version number", "If-Match")
     return int(raw)
 

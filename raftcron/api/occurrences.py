@@ -16,7 +16,7 @@ KINDS = ("scheduled", "manual", "backfill")
 
 def _cursor(raw: str) -> tuple[int, str]:
     ms, _, occ_id = raw.partition(":")
-    if not ms.isdigit() or not occ_id:
+    if not (ms.isascii() and ms.isdigit()) or len(ms) > 18 or not occ_id:
         raise ValidationError("cursor", "is not a cursor returned by this endpoint")
     return int(ms), occ_id
 

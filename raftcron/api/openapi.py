@@ -89,6 +89,29 @@ def openapi_spec() -> dict[str, Any]:
             "/readyz": {"get": _op("Caught up and the cluster has a leader", errors=(503,))},
             "/v1/cluster": {"get": _op("This node's view of the cluster", errors=())},
             "/v1/digest": {"get": _op("Canonical digest of this node's state", errors=())},
+            "/metrics": {"get": _op("Prometheus text exposition of this node", errors=())},
+            "/v1/cluster/nodes": {"get": _op(
+                "Every node's view (asked over HTTP), replication lag and clock skew vs the "
+                "leader", errors=())},
+            "/v1/alerts": {"get": _op("Alerts with their raise/resolve history", params=[
+                _query("status", {"enum": ["open", "resolved", "all"]}), _query("job_id"),
+                _query("cursor"), _query("limit", {"type": "integer"}),
+                _query("consistent", {"type": "boolean"})], errors=(400,))},
+            "/v1/status/jobs": {"get": _op(
+                "Jobs with schedule in words, next fire times and recent occurrences",
+                params=[_query("timeline", {"type": "integer", "minimum": 1, "maximum": 60})],
+                errors=(400,))},
+            "/v1/attempts": {"get": _op("Running (or pending) attempts with heartbeat age",
+                                        params=[_query("status", {"enum": ["running", "pending"]}),
+                                                _query("limit", {"type": "integer"})],
+                                        errors=(400,))},
+            "/v1/workers": {"get": _op("Workers as derived from the attempts they held",
+                                       errors=())},
+            "/v1/schedule/herd": {"get": _op(
+                "Occurrences due per bucket over the next hours, from the schedules",
+                params=[_query("hours", {"type": "integer", "minimum": 1, "maximum": 168}),
+                        _query("bucket_s", {"type": "integer", "minimum": 60})],
+                errors=(400,))},
             "/v1/jobs": {
                 "post": _op("Create a job", body=JOB_INPUT, ok=201, errors=(400, 409, 413, 503)),
                 "get": _op("List jobs", params=[

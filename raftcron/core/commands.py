@@ -159,6 +159,8 @@ class RaiseAlert(Command):
     job_id: str | None = None
     occurrence_id: str | None = None
     reason: str = ""
+    scheduled_for_ms: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,7 @@ class ResolveAlert(Command):
     epoch: int
     now_ms: int
     alert_id: str
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

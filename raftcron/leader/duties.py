@@ -5,30 +5,66 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from raftcron.cluster.proposer import Proposer
+from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.dispatch import Dispatcher
+from raftcron.leader.outbox import OutboxDelivery
 from raftcron.leader.sweeper import Sweeper
 from raftcron.leader.ticker import Ticker
+from raftcron.leader.watchdog import Watchdog
 
 log = logging.getLogger("raftcron.leader")
+
+
+@dataclass(frozen=True)
+class DutySettings:
+    """Node configuration the operability duties need."""
+
+    webhooks: tuple[str, ...] = ()
+    webhook_secret: bytes = b""
+    watchdog_url: str | None = None
+    watchdog_method: str = "GET"
+    watchdog_interval_s: float = 5.0
+    tick_stale_s: float = 10.0
 
 
 class LeaderDuties:
     def __init__(self, epoch: int, proposer: Proposer,
                  open_reader: Callable[[], sqlite3.Connection],
-                 on_exit: Callable[[LeaderDuties, BaseException | None], None]) -> None:
+                 on_exit: Callable[[LeaderDuties, BaseException | None], None],
+                 settings: DutySettings | None = None,
+                 on_event: Callable[[str, str], None] | None = None) -> None:
+        """`on_event(duty, result)` counts webhook deliveries and watchdog pings."""
+        settings = settings or DutySettings()
         self.epoch = epoch
         self.ticker = Ticker(epoch, proposer, open_reader)
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader)
+        self.deadlines = Deadlines(epoch, proposer, open_reader)
+        self.outbox = OutboxDelivery(
+            epoch, proposer, open_reader, settings.webhooks, settings.webhook_secret,
+            on_result=(lambda r: on_event("webhook", r)) if on_event else None)
+        self.watchdog = Watchdog(
+            self.ticker, settings.watchdog_url, settings.watchdog_method,
+            settings.watchdog_interval_s, settings.tick_stale_s,
+            on_result=(lambda r: on_event("watchdog", r)) if on_event else None,
+        ) if settings.watchdog_url else None
         self._on_exit = on_exit
         self._tasks: list[asyncio.Task[None]] = []
         self.stopped = False
 
     def start(self) -> None:
-        for name, coro in (("ticker", self.ticker.run()), ("sweeper", self.sweeper.run())):
+        coros: list[tuple[str, Coroutine[Any, Any, None]]] = [
+            ("ticker", self.ticker.run()), ("sweeper", self.sweeper.run()),
+            ("deadlines", self.deadlines.run()), ("outbox", self.outbox.run()),
+        ]
+        if self.watchdog is not None:
+            coros.append(("watchdog", self.watchdog.run()))
+        for name, coro in coros:
             task = asyncio.create_task(coro, name=f"{name}-epoch-{self.epoch}")
             task.add_done_callback(self._task_done)
             self._tasks.append(task)

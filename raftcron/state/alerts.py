@@ -6,7 +6,17 @@ from typing import Any
 
 from raftcron.core import errors
 from raftcron.core.commands import AckOutbox, Prune, RaiseAlert, ResolveAlert
+from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, rejected
+
+
+def _history(ctx: ApplyContext, alert_id: str, event: str, reason: str | None,
+             scheduled_for_ms: int | None, message: str, at_ms: int) -> None:
+    ctx.conn.execute(
+        "INSERT INTO alert_events (alert_id, event, reason, scheduled_for_ms, message, at_ms) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (alert_id, event, reason, scheduled_for_ms, message[:1000] or None, at_ms),
+    )
 
 
 def raise_alert(ctx: ApplyContext, cmd: RaiseAlert) -> dict[str, Any]:
@@ -19,10 +29,17 @@ def raise_alert(ctx: ApplyContext, cmd: RaiseAlert) -> dict[str, Any]:
         "reason = excluded.reason, raised_ms = excluded.raised_ms, resolved_ms = NULL",
         (cmd.alert_id, cmd.kind, cmd.job_id, cmd.occurrence_id, cmd.reason, cmd.now_ms),
     )
-    ctx.enqueue_outbox("alert.raised", {
+    _history(ctx, cmd.alert_id, "raised", cmd.reason, cmd.scheduled_for_ms, cmd.message,
+             cmd.now_ms)
+    payload: dict[str, Any] = {
         "alert_id": cmd.alert_id, "kind": cmd.kind, "job_id": cmd.job_id,
         "occurrence_id": cmd.occurrence_id, "reason": cmd.reason, "at_ms": cmd.now_ms,
-    }, cmd.now_ms)
+    }
+    if cmd.scheduled_for_ms is not None:
+        payload["scheduled_for"] = ms_to_iso(cmd.scheduled_for_ms)
+    if cmd.message:
+        payload["message"] = cmd.message
+    ctx.enqueue_outbox("alert.raised", payload, cmd.now_ms)
     return ok(alert_id=cmd.alert_id, raised=True)
 
 
@@ -38,10 +55,14 @@ def resolve_alert(ctx: ApplyContext, cmd: ResolveAlert) -> dict[str, Any]:
         "UPDATE alerts SET status = 'resolved', resolved_ms = ? WHERE id = ?",
         (cmd.now_ms, cmd.alert_id),
     )
-    ctx.enqueue_outbox("alert.resolved", {
+    _history(ctx, cmd.alert_id, "resolved", None, None, cmd.message, cmd.now_ms)
+    payload: dict[str, Any] = {
         "alert_id": cmd.alert_id, "kind": row[1], "job_id": row[2], "occurrence_id": row[3],
         "at_ms": cmd.now_ms,
-    }, cmd.now_ms)
+    }
+    if cmd.message:
+        payload["message"] = cmd.message
+    ctx.enqueue_outbox("alert.resolved", payload, cmd.now_ms)
     return ok(alert_id=cmd.alert_id, resolved=True)
 
 
@@ -80,6 +101,10 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
         conn.execute(f"DELETE FROM attempts WHERE occurrence_id IN ({marks})", chunk)
         conn.execute(f"DELETE FROM occurrences WHERE id IN ({marks})", chunk)
     conn.execute("DELETE FROM requests WHERE applied_ms < ?", (cmd.before_ms,))
+    conn.execute(
+        "DELETE FROM alert_events WHERE alert_id IN (SELECT id FROM alerts "
+        "WHERE status = 'resolved' AND resolved_ms < ?)", (cmd.before_ms,)
+    )
     conn.execute(
         "DELETE FROM alerts WHERE status = 'resolved' AND resolved_ms < ?", (cmd.before_ms,)
     )

@@ -16,6 +16,7 @@ TABLES = {
     "requests": "request_id",
     "alerts": "id",
     "outbox": "id",
+    "alert_events": "id",
 }
 
 

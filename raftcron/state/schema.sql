@@ -113,3 +113,16 @@ CREATE TABLE IF NOT EXISTS outbox (
     delivered_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (id) WHERE status = 'pending';
+
+-- Every raise and resolve of an alert, in log order (GET /v1/alerts shows this history;
+-- the alerts row holds only the latest state).
+CREATE TABLE IF NOT EXISTS alert_events (
+    id               INTEGER PRIMARY KEY,
+    alert_id         TEXT NOT NULL,
+    event            TEXT NOT NULL CHECK (event IN ('raised', 'resolved')),
+    reason           TEXT,
+    scheduled_for_ms INTEGER,
+    message          TEXT,
+    at_ms            INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alert_events_alert ON alert_events (alert_id, id);

@@ -1,0 +1,165 @@
+"""Read models for the status page: job overview with timelines, running attempts,
+workers (derived from attempts) and the herd chart (occurrences due per bucket ahead)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.jobs import MAX_PAGE, ctx_of, next_fire_times
+from raftcron.core.errors import ValidationError
+from raftcron.core.model import Job
+from raftcron.core.schedule import ScheduleError
+from raftcron.core.timefmt import ms_to_iso
+from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrence_to_api
+
+MAX_JOBS = 200
+TIMELINE_MAX = 60
+HERD_MAX_INSTANTS = 100_000
+HERD_CACHE_S = 30.0
+
+
+def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or not lo <= int(raw) <= hi:
+        raise ValidationError(name, f"must be an integer from {lo} to {hi}")
+    return int(raw)
+
+
+async def jobs_overview(request: Request) -> JSONResponse:
+    """Every job (up to 200) with its schedule in words, next five fire times, last run
+    and a timeline of its most recent occurrences."""
+    ctx = ctx_of(request)
+    per_job = int_param(request, "timeline", 30, 1, TIMELINE_MAX)
+    rows = await ctx.fetchall(f"{JOB_SELECT} ORDER BY id LIMIT ?", (MAX_JOBS + 1,))
+    out = []
+    for row in rows[:MAX_JOBS]:
+        job = job_to_api(row)
+        try:
+            described = Job.from_spec(json.loads(row[3])).compiled().describe()
+        except ScheduleError:
+            described = job["schedule"]["cron"]
+        occs = await ctx.fetchall(
+            f"{OCC_SELECT} WHERE job_id = ? ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?",
+            (row[0], per_job),
+        )
+        timeline = [occurrence_to_api(o) for o in occs]
+        out.append({
+            "id": job["id"], "tenant": job["tenant"], "paused": job["paused"],
+            "version": job["version"], "schedule": job["schedule"], "describe": described,
+            "deadline_s": job["deadline_s"], "overlap_policy": job["overlap_policy"],
+            "next_fire_times": next_fire_times(job, row),
+            "last_run": timeline[0] if timeline else None,
+            "timeline": timeline,
+        })
+    return JSONResponse({"jobs": out, "truncated": len(rows) > MAX_JOBS})
+
+
+async def list_attempts(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    status = request.query_params.get("status", "running")
+    if status not in ("running", "pending"):
+        raise ValidationError("status", "must be running or pending")
+    limit = int_param(request, "limit", 100, 1, MAX_PAGE)
+    rows = await ctx.fetchall(
+        "SELECT id, occurrence_id, job_id, number, worker_id, fencing_token, leased_ms, "
+        "heartbeat_ms, lease_expires_ms, not_before_ms FROM attempts WHERE status = ? "
+        "ORDER BY coalesce(leased_ms, not_before_ms), id LIMIT ?", (status, limit))
+    now = int(time.time() * 1000)
+    return JSONResponse({"attempts": [{
+        "id": r[0], "occurrence_id": r[1], "job_id": r[2], "number": r[3], "status": status,
+        "worker_id": r[4], "fencing_token": r[5], "leased_at": ms_to_iso(r[6]),
+        "heartbeat_at": ms_to_iso(r[7]), "lease_expires_at": ms_to_iso(r[8]),
+        "not_before": ms_to_iso(r[9]),
+        "heartbeat_age_s": round((now - r[7]) / 1000, 1) if r[7] is not None else None,
+    } for r in rows]})
+
+
+async def list_workers(request: Request) -> JSONResponse:
+    """Workers as the attempts they held show them (there is no worker registry)."""
+    ctx = ctx_of(request)
+    rows = await ctx.fetchall(
+        "SELECT worker_id, max(max(coalesce(heartbeat_ms, 0), coalesce(leased_ms, 0), "
+        "coalesce(finished_ms, 0))), count(*), sum(status = 'running'), "
+        "sum(status = 'succeeded'), sum(status IN ('failed', 'lost', 'timed_out')) "
+        "FROM attempts WHERE worker_id IS NOT NULL GROUP BY worker_id "
+        "ORDER BY 2 DESC LIMIT 500")
+    now = int(time.time() * 1000)
+    return JSONResponse({"workers": [{
+        "worker_id": r[0], "last_seen": ms_to_iso(r[1] or None),
+        "last_seen_age_s": round((now - r[1]) / 1000, 1) if r[1] else None,
+        "runs": r[2], "running": r[3], "succeeded": r[4], "failed": r[5],
+    } for r in rows]})
+
+
+def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
+                 cap: int = HERD_MAX_INSTANTS) -> dict[str, Any]:
+    """Count fire instants per bucket over [start, start + hours). Work is capped at `cap`
+    instants in total; the answer says when it was truncated."""
+    buckets = hours * 3600 // bucket_s
+    counts = [0] * buckets
+    end_s = start_ms // 1000 + hours * 3600
+    start_s = start_ms // 1000
+    seen = 0
+    truncated = False
+    counted_jobs = 0
+    for spec_text in specs:
+        job = Job.from_spec(json.loads(spec_text))
+        try:
+            sched = job.compiled()
+        except ScheduleError:
+            continue
+        counted_jobs += 1
+        t = start_s - 1
+        while True:
+            if seen >= cap:
+                truncated = True
+                break
+            nxt = sched.next_after(t)
+            if nxt is None or nxt >= end_s:
+                break
+            t = nxt
+            ms = nxt * 1000
+            if job.schedule.end_at_ms is not None and ms > job.schedule.end_at_ms:
+                break
+            if job.schedule.start_at_ms is not None and ms < job.schedule.start_at_ms:
+                continue
+            counts[(nxt - start_s) // bucket_s] += 1
+            seen += 1
+        if truncated:
+            break
+    peak = max(range(buckets), key=counts.__getitem__) if any(counts) else None
+    return {
+        "start": ms_to_iso(start_s * 1000), "hours": hours, "bucket_s": bucket_s,
+        "counts": counts, "total": sum(counts), "jobs": counted_jobs, "truncated": truncated,
+        "peak": None if peak is None else {
+            "at": ms_to_iso((start_s + peak * bucket_s) * 1000), "count": counts[peak]},
+    }
+
+
+async def herd(request: Request) -> JSONResponse:
+    """Occurrences due per bucket (default one minute) over the next hours (default 24)
+    across active jobs, from the schedules; cached for 30 s per parameter set."""
+    ctx = ctx_of(request)
+    hours = int_param(request, "hours", 24, 1, 168)
+    bucket_s = int_param(request, "bucket_s", 60, 60, 86400)
+    if (hours * 3600) // bucket_s > 10_080:
+        raise ValidationError("bucket_s", "too many buckets: use a larger bucket")
+    cache: dict[tuple[int, int], tuple[float, dict[str, Any]]] | None = getattr(
+        request.app.state, "herd_cache", None)
+    if cache is None:
+        cache = request.app.state.herd_cache = {}
+    hit = cache.get((hours, bucket_s))
+    if hit and time.monotonic() - hit[0] < HERD_CACHE_S:
+        return JSONResponse(hit[1])
+    specs = [r[0] for r in await ctx.fetchall(
+        "SELECT spec FROM jobs WHERE paused = 0 ORDER BY id")]
+    start = (int(time.time()) // 60 + 1) * 60 * 1000
+    result = await asyncio.to_thread(compute_herd, specs, start, hours, bucket_s)
+    cache[(hours, bucket_s)] = (time.monotonic(), result)
+    return JSONResponse(result)

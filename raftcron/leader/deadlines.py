@@ -1,0 +1,235 @@
+"""Dead-man's switch: alerts when a job's scheduled instant has no success by its deadline.
+
+For a job with `deadline_s`, the occurrence for instant T must have succeeded by
+T + deadline_s. Once that moment has passed the leader looks at the instant once and,
+if it did not succeed in time, commits `RaiseAlert` with the deterministic id
+`deadline:{occurrence_id}` and one of these reasons:
+
+- `missed`: never ran — the instant was never claimed (the ticker did not run), it was
+  skipped by the misfire policy, or it is still pending without any attempt leased;
+- `failed`: it failed (or an attempt failed and a retry is still pending);
+- `running_too_long`: an attempt is still running at the deadline;
+- `late`: it succeeded, but after the deadline. A late success is raised and resolved at
+  once, so it stays in the alert history without paging anyone twice.
+
+Instants skipped because the job was paused, or by the overlap policy (another run of the
+job was in progress), and cancelled (replaced) runs raise nothing. Only `scheduled`
+occurrences have deadlines.
+
+An open deadline alert is resolved when its occurrence succeeds, when a later scheduled
+occurrence of the same job succeeded (the job checked in again), or when the job is gone.
+
+The duty only reads applied state and proposes leader-only commands stamped with the
+clock; whether an alert row already exists is re-checked on every pass, and alert ids are
+deterministic, so a failover in the middle of a pass changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raftcron.cluster.proposer import Proposer
+from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
+from raftcron.core.identity import scheduled_occurrence_id
+from raftcron.core.model import Job
+from raftcron.leader.ticker import LostEpoch, now_ms
+
+log = logging.getLogger("raftcron.deadlines")
+
+KIND = "deadline"
+PERIOD_S = 1.0
+START_DELAY_S = 1.0
+LOOKBACK_MS = 6 * 3600 * 1000
+ROWS_PER_JOB = 500
+UNCLAIMED_PER_JOB = 100
+MAX_COMMANDS_PER_PASS = 200
+
+JOBS_SQL = (
+    "SELECT id, paused, watermark_ms, spec FROM jobs "
+    "WHERE json_extract(spec, '$.deadline_s') IS NOT NULL"
+)
+ROWS_SQL = (
+    "SELECT o.id, o.scheduled_for_ms, o.status, o.reason, o.finished_ms, "
+    "(SELECT count(*) FROM attempts a WHERE a.occurrence_id = o.id AND a.leased_ms IS NOT NULL) "
+    "FROM occurrences o WHERE o.job_id = ? AND o.kind = 'scheduled' "
+    "AND o.scheduled_for_ms > ? AND o.scheduled_for_ms <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM alerts x WHERE x.id = 'deadline:' || o.id) "
+    "ORDER BY o.scheduled_for_ms LIMIT ?"
+)
+OPEN_SQL = (
+    "SELECT a.id, a.job_id, o.status, o.scheduled_for_ms, j.id IS NOT NULL, "
+    "(SELECT max(l.scheduled_for_ms) FROM occurrences l WHERE l.job_id = a.job_id "
+    " AND l.kind = 'scheduled' AND l.status = 'succeeded') "
+    "FROM alerts a LEFT JOIN occurrences o ON o.id = a.occurrence_id "
+    "LEFT JOIN jobs j ON j.id = a.job_id "
+    "WHERE a.status = 'open' AND a.kind = 'deadline' ORDER BY a.raised_ms LIMIT 1000"
+)
+
+
+def alert_id(occurrence_id: str) -> str:
+    return f"{KIND}:{occurrence_id}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do about one overdue instant: reason None means it met its deadline."""
+
+    reason: str | None
+    message: str = ""
+
+
+def judge(status: str | None, skip_reason: str | None, finished_ms: int | None,
+          leased: int, deadline_at_ms: int) -> Verdict:
+    """Pure decision for an instant whose deadline has passed (status None: unclaimed)."""
+    if status is None:
+        return Verdict("missed", "the instant was not claimed by its deadline")
+    if status == "succeeded":
+        if finished_ms is not None and finished_ms > deadline_at_ms:
+            return Verdict("late", f"succeeded {(finished_ms - deadline_at_ms) / 1000:.1f} s "
+                                   "after its deadline")
+        return Verdict(None)
+    if status == "skipped":
+        if skip_reason == "misfire":
+            return Verdict("missed", "skipped by the misfire policy")
+        return Verdict(None)
+    if status == "cancelled":
+        return Verdict(None)
+    if status == "failed":
+        return Verdict("failed", f"failed: {skip_reason}" if skip_reason else "failed")
+    if status == "running":
+        return Verdict("running_too_long", "still running at its deadline")
+    if leased:
+        return Verdict("failed", "an attempt failed; a retry is pending")
+    return Verdict("missed", "no attempt ran before the deadline")
+
+
+class Deadlines:
+    def __init__(self, epoch: int, proposer: Proposer,
+                 open_reader: Callable[[], sqlite3.Connection],
+                 clock: Callable[[], int] = now_ms, lookback_ms: int = LOOKBACK_MS) -> None:
+        self.epoch = epoch
+        self.proposer = proposer
+        self.open_reader = open_reader
+        self.clock = clock
+        self.lookback_ms = lookback_ms
+        # job id -> nominal instant (ms) through which overdue instants were judged.
+        self.cursor: dict[str, int] = {}
+        self.raised = 0
+        self.resolved = 0
+
+    async def run(self) -> None:
+        await asyncio.sleep(START_DELAY_S)  # let the ticker claim what is due first
+        conn = self.open_reader()
+        try:
+            while True:
+                await self.check_once(conn)
+                await asyncio.sleep(PERIOD_S)
+        finally:
+            conn.close()
+
+    async def check_once(self, conn: sqlite3.Connection) -> None:
+        now = self.clock()
+        commands, cursors = await asyncio.to_thread(self._plan, conn, now)
+        for cmd in commands:
+            await self._propose(cmd)
+        self.cursor.update(cursors)
+
+    async def _propose(self, cmd: Command) -> None:
+        result = await self.proposer.propose_leader(cmd)
+        if not result.get("ok"):
+            if result.get("rejected") == "stale_epoch":
+                raise LostEpoch(result.get("message", ""))
+            log.info("deadline command %s refused: %s", cmd.TYPE, result.get("message"))
+            return
+        if isinstance(cmd, RaiseAlert) and result.get("raised"):
+            self.raised += 1
+            log.warning("deadline alert %s: %s (%s)", cmd.alert_id, cmd.reason, cmd.message)
+        elif isinstance(cmd, ResolveAlert) and result.get("resolved"):
+            self.resolved += 1
+
+    # --- planning (reader thread) ----------------------------------------------------------
+
+    def _plan(self, conn: sqlite3.Connection, now: int
+              ) -> tuple[list[Command], dict[str, int]]:
+        commands: list[Command] = []
+        cursors: dict[str, int] = {}
+        for job_id, paused, watermark, spec_text in conn.execute(JOBS_SQL).fetchall():
+            if len(commands) >= MAX_COMMANDS_PER_PASS:
+                break
+            spec = json.loads(spec_text)
+            deadline_ms = int(spec["deadline_s"]) * 1000
+            upto = now - deadline_ms
+            start = self.cursor.get(job_id, now - self.lookback_ms)
+            if upto <= start:
+                continue
+            rows = conn.execute(ROWS_SQL, (job_id, start, upto, ROWS_PER_JOB)).fetchall()
+            through = upto if len(rows) < ROWS_PER_JOB else rows[-1][1]
+            for occ_id, t, status, reason, finished, leased in rows:
+                commands += self._verdict_commands(
+                    now, job_id, occ_id, t, judge(status, reason, finished, leased,
+                                                  t + deadline_ms))
+            if not paused and watermark < through:
+                instants = self._unclaimed(spec, max(start, watermark), through)
+                if len(instants) >= UNCLAIMED_PER_JOB:
+                    through = instants[-1]
+                for t in instants:
+                    occ_id = scheduled_occurrence_id(job_id, t)
+                    if conn.execute("SELECT 1 FROM alerts WHERE id = ?",
+                                    (alert_id(occ_id),)).fetchone():
+                        continue
+                    commands += self._verdict_commands(
+                        now, job_id, occ_id, t, judge(None, None, None, 0, t + deadline_ms))
+            cursors[job_id] = through
+        commands += self._resolutions(conn, now)
+        return commands, cursors
+
+    def _unclaimed(self, spec: dict, after_ms: int, through_ms: int) -> list[int]:
+        """Nominal instants in (after_ms, through_ms] of the job's schedule, capped."""
+        job = Job.from_spec(spec)
+        sched = job.compiled()
+        out: list[int] = []
+        t = after_ms // 1000
+        start_at, end_at = job.schedule.start_at_ms, job.schedule.end_at_ms
+        while len(out) < UNCLAIMED_PER_JOB:
+            nxt = sched.next_after(t)
+            if nxt is None or nxt * 1000 > through_ms:
+                break
+            t = nxt
+            if end_at is not None and nxt * 1000 > end_at:
+                break
+            if start_at is not None and nxt * 1000 < start_at:
+                continue
+            if nxt * 1000 > after_ms:
+                out.append(nxt * 1000)
+        return out
+
+    def _verdict_commands(self, now: int, job_id: str, occ_id: str, t: int,
+                          verdict: Verdict) -> list[Command]:
+        if verdict.reason is None:
+            return []
+        aid = alert_id(occ_id)
+        raise_cmd = RaiseAlert(self.epoch, now, aid, KIND, job_id=job_id, occurrence_id=occ_id,
+                               reason=verdict.reason, scheduled_for_ms=t,
+                               message=verdict.message)
+        if verdict.reason == "late":
+            return [raise_cmd, ResolveAlert(self.epoch, now, aid, message="succeeded late")]
+        return [raise_cmd]
+
+    def _resolutions(self, conn: sqlite3.Connection, now: int) -> list[Command]:
+        out: list[Command] = []
+        for aid, _job, status, t, job_exists, last_success in conn.execute(OPEN_SQL):
+            if status == "succeeded":
+                msg = "the occurrence succeeded"
+            elif not job_exists:
+                msg = "the job was deleted"
+            elif t is not None and last_success is not None and last_success > t:
+                msg = "a later occurrence of the job succeeded"
+            else:
+                continue
+            out.append(ResolveAlert(self.epoch, now, aid, message=msg))
+        return out

@@ -1,0 +1,136 @@
+"""The status page in a real browser against a real three-node cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import add_job
+
+pytestmark = pytest.mark.system
+
+
+def job(c: LocalCluster, nid: str, job_id: str) -> dict[str, Any]:
+    return c.get(nid, f"/v1/jobs/{job_id}")
+
+
+def manual_runs(c: LocalCluster, nid: str, job_id: str) -> list[dict[str, Any]]:
+    return c.get(nid, "/v1/occurrences", params={"job_id": job_id, "kind": "manual"})[
+        "occurrences"]
+
+
+def test_page_actions_live_updates_and_accessibility(cluster: LocalCluster, browser: Any,
+                                                     screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    follower = next(n for n in c.ids if n != leader)
+    add_job(c, leader, "hourly", cron="0 * * * *", schedule={"cron": "0 * * * *",
+                                                             "timezone": "Europe/Berlin"})
+    add_job(c, leader, "every5s", cron="*/5 * * * * *")
+    add_job(c, leader, "slow", cron="*/2 * * * * *", overlap_policy="forbid",
+            target={"shell": "sleep 5"})
+    add_job(c, leader, "stuck", cron="* * * * * *", deadline_s=1, queue="unstaffed")
+    c.start_worker("w1")
+    wait_until(lambda: c.get(leader, "/v1/alerts")["alerts"], 20, message="an alert")
+    assert c.post(leader, "/v1/jobs/stuck/pause").status_code == 200
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        # Served by a follower: reads are local, actions are forwarded to the leader.
+        page.goto(c.urls[follower] + "/")
+        page.get_by_role("button", name="Pause hourly").wait_for(timeout=15_000)
+        assert "hourly" in page.locator("#jobs").inner_text()
+        assert "Europe/Berlin" in page.locator("#jobs").inner_text()
+        page.locator("#cluster tbody tr").nth(2).wait_for(timeout=10_000)
+        assert page.locator("#cluster tbody tr").count() == 3
+        assert "leader" in page.locator("#cluster").inner_text()
+
+        # Pause, then resume, by mouse; the API state changes each time.
+        page.get_by_role("button", name="Pause hourly").click()
+        wait_until(lambda: job(c, leader, "hourly")["paused"], 10, message="paused via page")
+        page.get_by_role("button", name="Resume hourly").wait_for(timeout=10_000)
+        assert "paused" in page.locator('[data-job-state="hourly"]').inner_text()
+        page.get_by_role("button", name="Resume hourly").click()
+        wait_until(lambda: not job(c, leader, "hourly")["paused"], 10, message="resumed")
+        page.get_by_role("button", name="Pause hourly").wait_for(timeout=10_000)
+
+        # Run now asks first: dismissing does nothing, accepting creates a manual run.
+        seen: list[str] = []
+
+        def dismiss(d: Any) -> None:
+            seen.append(d.message)
+            d.dismiss()
+
+        page.once("dialog", dismiss)
+        page.get_by_role("button", name="Run now hourly").click()
+        page.wait_for_timeout(1500)
+        assert seen == ["Run hourly now?"]
+        assert manual_runs(c, leader, "hourly") == []
+
+        def accept(d: Any) -> None:
+            seen.append(d.message)
+            d.accept()
+
+        page.once("dialog", accept)
+        page.get_by_role("button", name="Run now hourly").click()
+        runs = wait_until(lambda: manual_runs(c, leader, "hourly"), 10, message="manual run")
+        assert len(runs) == 1 and len(seen) == 2
+        page.get_by_text(f"occurrence {runs[0]['id']}").wait_for(timeout=10_000)
+
+        # Keyboard only: focus the button and press Enter; focus survives the live refresh.
+        page.get_by_role("button", name="Pause every5s").focus()
+        page.keyboard.press("Enter")
+        wait_until(lambda: job(c, leader, "every5s")["paused"], 10, message="keyboard pause")
+        page.get_by_role("button", name="Resume every5s").wait_for(timeout=10_000)
+        page.wait_for_timeout(2500)
+        focused = page.evaluate("document.activeElement && document.activeElement.dataset.key")
+        assert focused == "toggle:every5s"
+        page.keyboard.press("Enter")
+        wait_until(lambda: not job(c, leader, "every5s")["paused"], 10,
+                   message="keyboard resume")
+
+        # Live updates without reload: the timeline shows runs and skips with text labels.
+        page.locator("#timeline .occ.status-succeeded").first.wait_for(timeout=20_000)
+        page.locator("#timeline .occ.status-skipped").first.wait_for(timeout=20_000)
+        timeline = page.locator("#timeline").inner_text()
+        assert "skipped" in timeline and "overlap" in timeline
+        assert "⚠ open" in page.locator("#alerts").inner_text()
+        assert "missed" in page.locator("#alerts").inner_text()
+        page.locator("#running tbody tr td", has_text="slow").first.wait_for(timeout=15_000)
+        assert "w1" in page.locator("#workers").inner_text()
+        page.get_by_text("occurrences over the next 24 h").wait_for(timeout=15_000)
+        assert page.locator("#herd svg[role=img]").get_attribute("aria-label")
+        assert "Ready" in page.locator("#health").inner_text()
+        assert not errors, errors
+        page.screenshot(path=str(screenshots / "status-page.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "status-page-top.png"))
+    finally:
+        page.close()
+
+
+def test_page_works_against_every_node_and_shows_a_lost_node(cluster: LocalCluster,
+                                                             browser: Any,
+                                                             screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    add_job(c, leader, "tick", cron="*/3 * * * * *")
+    page = browser.new_page()
+    try:
+        for nid in c.ids:
+            page.goto(c.urls[nid] + "/")
+            page.get_by_role("button", name="Pause tick").wait_for(timeout=15_000)
+            page.get_by_text(f"Served by {nid}").wait_for(timeout=10_000)
+        victim = next(n for n in c.ids if n != leader)
+        c.kill(victim)
+        page.goto(c.urls[leader] + "/")
+        page.get_by_text(f"unreachable over HTTP: {victim}").wait_for(timeout=15_000)
+        row = page.locator("#cluster tbody tr", has_text=victim)
+        assert "✗ no" in row.inner_text()
+        page.screenshot(path=str(screenshots / "status-page-node-down.png"), full_page=True)
+    finally:
+        page.close()

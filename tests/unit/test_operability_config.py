@@ -1,0 +1,63 @@
+"""Operability configuration keys/flags and the herd computation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raftcron.api.status import compute_herd
+from raftcron.cli import build_parser
+from raftcron.config import ConfigError, load_config
+from raftcron.core.model import parse_job
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def write(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "s").write_text("x" * 32)
+    path = tmp_path / "n.toml"
+    path.write_text(f'{extra}\nnode_id = "n1"\ndata_dir = "d"\nraft_addr = "127.0.0.1:1"\n'
+                    'http_port = 2\nsecret_file = "s"\n')
+    return path
+
+
+def test_webhooks_merge_config_and_flags_and_secret_defaults_to_cluster(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path, 'webhooks = ["http://a/h"]')),
+                      {"webhooks": ["http://b/h", "http://a/h"]})
+    assert cfg.webhooks == ("http://a/h", "http://b/h")
+    assert cfg.read_webhook_secret() == b"x" * 32
+    (tmp_path / "w").write_text("hook\n")
+    cfg = load_config(str(write(tmp_path, 'webhook_secret_file = "w"\n'
+                                          'watchdog_url = "http://dog/ping"')))
+    assert cfg.read_webhook_secret() == b"hook" and cfg.watchdog_url == "http://dog/ping"
+
+
+@pytest.mark.parametrize("extra", ['webhooks = ["ftp://x"]', 'webhooks = "http://x"',
+                                   'watchdog_url = "nope"', "tick_stale_s = -1",
+                                   'watchdog_method = "PUT"'])
+def test_bad_operability_config_is_a_config_error(tmp_path: Path, extra: str) -> None:
+    with pytest.raises(ConfigError):
+        load_config(str(write(tmp_path, extra)))
+
+
+def test_node_flags() -> None:
+    args = build_parser().parse_args(
+        ["node", "--config", "c", "--webhook", "http://a", "--webhook", "http://b",
+         "--watchdog-url", "http://w", "--webhook-secret-file", "f"])
+    assert args.webhook == ["http://a", "http://b"] and args.watchdog_url == "http://w"
+
+
+def spec(job_id: str, cron: str, **kw: object) -> str:
+    return json.dumps(parse_job({"id": job_id, "schedule": {"cron": cron},
+                                 "target": {"shell": "true"}, **kw}).to_spec())
+
+
+def test_herd_counts_per_minute_and_caps_work() -> None:
+    herd = compute_herd([spec("a", "*/15 * * * *"), spec("b", "0 * * * *")], T0, 24, 60)
+    assert len(herd["counts"]) == 1440 and herd["total"] == 96 + 24
+    assert herd["counts"][0] == 2 and herd["counts"][15] == 1 and herd["counts"][1] == 0
+    assert herd["peak"] == {"at": "2026-01-01T00:00:00Z", "count": 2}
+    capped = compute_herd([spec("s", "* * * * * *")], T0, 24, 60, cap=1000)
+    assert capped["truncated"] and capped["total"] == 1000

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING

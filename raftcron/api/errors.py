@@ -53,7 +53,8 @@ def rejection_error(result: dict[str, Any]) -> HTTPError:
 
 async def json_body(request: Request, *, required: bool = True) -> Any:
     length = request.headers.get("content-length")
-    if length is not None and (not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES):
+    declared_ok = length is None or (length.isascii() and length.isdigit())
+    if not declared_ok or (length is not None and int(length) > MAX_BODY_BYTES):
         raise HTTPError(413, "too_large", f"request body exceeds {MAX_BODY_BYTES} bytes", "body")
     raw = b""
     async for chunk in request.stream():

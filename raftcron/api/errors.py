@@ -23,6 +23,8 @@ REJECTION_STATUS = {
     errors.CONFLICT: 409,
     errors.INVALID_STATE: 409,
     errors.STALE_EPOCH: 503,
+    errors.QUOTA_EXCEEDED: 403,
+    errors.RATE_LIMITED: 429,
 }
 
 

@@ -102,6 +102,19 @@ class Prune(Command):
     limit: int = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class PutTenant(Command):
+    """Set a tenant's quotas (None: unlimited). Enforced deterministically at apply."""
+
+    TYPE: ClassVar[str] = "put_tenant"
+    request_id: str
+    now_ms: int
+    name: str
+    max_jobs: int | None = None
+    max_concurrent_runs: int | None = None
+    max_fires_per_minute: int | None = None
+
+
 # --- leader-only commands ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +230,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
         PutJob, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
-        BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert, AckOutbox,
+        PutTenant, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert, AckOutbox,
         Heartbeat, Complete, Release,
     )
 }

@@ -10,6 +10,7 @@ FIRE = "fire"
 SKIP_MISFIRE = "misfire"
 SKIP_PAUSED = "paused"
 SKIP_OVERLAP = "overlap"
+SKIP_QUOTA = "quota"
 
 MAX_BACKOFF_MS = 3_600_000
 

@@ -10,6 +10,7 @@ from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ
+from raftcron.state.tenants import RunLimiter
 
 ATT_COLS = (
     "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
@@ -34,7 +35,7 @@ def _job_spec(conn: sqlite3.Connection, job_id: str, cache: dict[str, Any]) -> d
 
 LEASE_LOAD = (
     "SELECT a.id, a.occurrence_id, a.job_id, a.number, a.status, a.not_before_ms, "
-    "o.scheduled_for_ms, o.kind, j.spec FROM attempts a "
+    "o.scheduled_for_ms, o.kind, j.spec, a.tenant FROM attempts a "
     "JOIN occurrences o ON o.id = a.occurrence_id LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.id IN ({marks})"
 )
@@ -55,6 +56,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         for row in conn.execute(LEASE_LOAD.format(marks=",".join("?" * len(chunk))), chunk):
             found[row[0]] = row
     running_now: dict[str, int] = {}
+    limiter = RunLimiter(conn)
     att_updates: list[tuple] = []
     occ_updates: list[tuple] = []
     leases: list[dict[str, Any]] = []
@@ -62,7 +64,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         row = found.get(attempt_id)
         if row is None or row[4] != "pending" or row[5] > cmd.now_ms or row[8] is None:
             continue
-        _, occ_id, job_id, number, _, _, scheduled_for, kind, spec_json = row
+        _, occ_id, job_id, number, _, _, scheduled_for, kind, spec_json, tenant = row
         spec = parse_spec(spec_json)
         if policy.exclusive(spec["overlap_policy"]):
             if job_id not in running_now:
@@ -73,6 +75,10 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             if running_now[job_id] > 0:
                 continue
             running_now[job_id] += 1
+        if not limiter.allow(tenant):
+            if job_id in running_now:
+                running_now[job_id] -= 1
+            continue
         seq += 1
         token = identity.fencing_token(cmd.epoch, seq)
         runtime = spec.get("max_runtime_s")

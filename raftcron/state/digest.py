@@ -17,6 +17,8 @@ TABLES = {
     "alerts": "id",
     "outbox": "id",
     "alert_events": "id",
+    "tenants": "name",
+    "tenant_fires": "tenant, minute",
 }
 
 

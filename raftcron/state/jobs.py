@@ -10,6 +10,7 @@ from raftcron.core import errors
 from raftcron.core.commands import DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
 from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.tenants import check_job_quota
 
 JOB_COLUMNS = "id, tenant, version, spec, paused, queue, watermark_ms, created_ms, updated_ms"
 
@@ -32,6 +33,9 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
     if cmd.create:
         if row is not None:
             return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
+        over = check_job_quota(ctx.conn, job.tenant)
+        if over is not None:
+            return over
         spec = job.with_version(1).to_spec()
         # A re-created job id must not re-claim instants its earlier life already has.
         newest = ctx.conn.execute(

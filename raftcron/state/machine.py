@@ -19,7 +19,7 @@ from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import errors
-from raftcron.state import alerts, attempts, jobs, occurrences
+from raftcron.state import alerts, attempts, jobs, occurrences, tenants
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
 
@@ -54,6 +54,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Backfill: occurrences.backfill,
     c.Barrier: _barrier,
     c.Prune: alerts.prune,
+    c.PutTenant: tenants.put_tenant,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
@@ -67,7 +68,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
 }
 assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a handler"
 
-DEDUPED = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual, c.Backfill, c.Prune)
+DEDUPED = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual, c.Backfill, c.Prune,
+           c.PutTenant)
 
 
 class StateMachine:
@@ -124,6 +126,8 @@ class StateMachine:
             if row is not None:
                 return {**json.loads(row[0]), "replayed_request": True}
             result = HANDLERS[type(cmd)](ctx, cmd)
+            if result.get("rejected") == errors.RATE_LIMITED:
+                return result  # a rate limit passes: a later retry must be applied afresh
             ctx.conn.execute(
                 "INSERT INTO requests (request_id, result, applied_ms) VALUES (?, ?, ?)",
                 (cmd.request_id, json.dumps(result, sort_keys=True), cmd.now_ms),

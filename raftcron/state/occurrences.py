@@ -10,6 +10,7 @@ from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Backfill, Claim, TriggerManual
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
+from raftcron.state.tenants import FireCounter
 
 OCC_INSERT = (
     "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
@@ -136,6 +137,7 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
     """Record the leader's decision for each nominal instant, once per (job, instant)."""
     conn = ctx.conn
     views = load_views(conn, {item[0] for item in cmd.items})
+    fires = FireCounter(conn)
     occ_rows: list[tuple] = []
     rejected_items: list[list[Any]] = []
     fired = skipped = 0
@@ -161,8 +163,12 @@ def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
             reason = policy.SKIP_PAUSED
         elif decision != policy.FIRE:
             reason = decision
+        elif not fires.has_room(view.tenant, scheduled_for):
+            reason = policy.SKIP_QUOTA
         else:
             verdict = overlap_for(conn, view)
+            if verdict.run:
+                fires.add(view.tenant, scheduled_for)
             if not verdict.run:
                 reason = policy.SKIP_OVERLAP
             elif verdict.cancel_running:
@@ -229,6 +235,11 @@ def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
     view = load_views(conn, {cmd.job_id}).get(cmd.job_id)
     if view is None:
         return rejected(errors.NOT_FOUND, f"job {cmd.job_id!r} does not exist", "id")
+    fires = FireCounter(conn)
+    if not fires.has_room(view.tenant, cmd.now_ms):
+        return rejected(errors.RATE_LIMITED,
+                        f"tenant {view.tenant!r} is at its max_fires_per_minute quota "
+                        f"({fires.limit(view.tenant)})", "tenant", quota="max_fires_per_minute")
     reason: str | None = None
     if not cmd.override_overlap:
         verdict = overlap_for(conn, view)
@@ -237,6 +248,8 @@ def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
         elif verdict.cancel_running:
             cancel_running(ctx, cmd.job_id, cmd.now_ms)
     status = "skipped" if reason else "pending"
+    if reason is None:
+        fires.add(view.tenant, cmd.now_ms)
     epoch = ctx.meta(META_EPOCH)
     conn.execute(OCC_INSERT, occurrence_row(
         occ_id, view, "manual", cmd.now_ms, cmd.now_ms, status, reason, epoch, cmd.now_ms,

@@ -126,3 +126,19 @@ CREATE TABLE IF NOT EXISTS alert_events (
     at_ms            INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alert_events_alert ON alert_events (alert_id, id);
+
+-- Per-tenant quotas (NULL: unlimited) and the fires counted against them per minute.
+CREATE TABLE IF NOT EXISTS tenants (
+    name                 TEXT PRIMARY KEY,
+    max_jobs             INTEGER,
+    max_concurrent_runs  INTEGER,
+    max_fires_per_minute INTEGER,
+    updated_ms           INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS tenant_fires (
+    tenant TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    fires  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, minute)
+) WITHOUT ROWID;

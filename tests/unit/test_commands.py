@@ -29,6 +29,8 @@ SAMPLES: list[c.Command] = [
                instants_ms=[60_000, 120_000]),
     c.Barrier(request_id="r8"),
     c.Prune(request_id="r9", now_ms=9, before_ms=5, limit=7),
+    c.PutTenant(request_id="r10", now_ms=10, name="acme", max_jobs=5, max_concurrent_runs=2,
+                max_fires_per_minute=60),
     c.BeginEpoch(term=3, node_id="n1", now_ms=10),
     c.Claim(epoch=3, now_ms=11, items=[["j1", 1, 60_000, 60_500, "fire"],
                                       ["j2", 2, 60_000, 60_000, "misfire"]]),

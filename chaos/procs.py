@@ -1,0 +1,274 @@
+"""The processes of a chaos run: three nodes (each in its own namespace), workers, the
+fenced sink and the ack-loss proxy (in the client namespace, where the harness runs)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from chaos.history import History
+from chaos.netns import CLIENT_IP, Netns, node_ip
+
+HTTP_PORT = 8700
+RAFT_PORT = 7000
+SINK_PORT = 9100
+PROXY_PORT_BASE = 9200
+CLOCK_DIR = Path(__file__).resolve().parent / "clock"
+
+
+def write_configs(root: Path, n: int) -> dict[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    secret = root / "cluster.secret"
+    secret.write_text(secrets.token_urlsafe(32) + "\n")
+    secret.chmod(0o600)
+    ids = [f"n{i}" for i in range(1, n + 1)]
+    out = {}
+    for i, nid in enumerate(ids, start=1):
+        lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
+                 f'raft_addr = "{node_ip(i)}:{RAFT_PORT}"', f'http_host = "{node_ip(i)}"',
+                 f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"', ""]
+        for j, other in enumerate(ids, start=1):
+            if other != nid:
+                lines += ["[[peers]]", f'id = "{other}"',
+                          f'raft_addr = "{node_ip(j)}:{RAFT_PORT}"',
+                          f'http_url = "http://{node_ip(j)}:{HTTP_PORT}"', ""]
+        path = root / f"{nid}.toml"
+        path.write_text("\n".join(lines))
+        out[nid] = path
+    return out
+
+
+class Processes:
+    def __init__(self, out: Path, netns: Netns, history: History, base_offset_s: float,
+                 n: int = 3) -> None:
+        self.out = out
+        self.netns = netns
+        self.history = history
+        self.base_offset_s = base_offset_s
+        self.ids = [f"n{i}" for i in range(1, n + 1)]
+        self.index = {nid: i for i, nid in enumerate(self.ids, start=1)}
+        self.urls = {nid: f"http://{node_ip(i)}:{HTTP_PORT}" for nid, i in self.index.items()}
+        self.configs = write_configs(out / "nodes", n)
+        self.nodes: dict[str, subprocess.Popen[bytes]] = {}
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.worker_servers: dict[str, list[str]] = {}
+        self.aux: dict[str, subprocess.Popen[bytes]] = {}
+        self.lock = threading.RLock()
+        self.http = httpx.Client(timeout=2.0)
+        (out / "clock").mkdir(exist_ok=True)
+        self.proxy_control = out / "proxy.control"
+        self.sink_url = f"http://{CLIENT_IP}:{SINK_PORT}"
+
+    def clock_file(self, nid: str) -> Path:
+        return self.out / "clock" / f"{nid}.offset"
+
+    def _log(self, name: str) -> Any:
+        (self.out / "logs").mkdir(exist_ok=True)
+        return open(self.out / "logs" / f"{name}.log", "ab")
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def start_node(self, nid: str) -> int:
+        with self.lock:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(CLOCK_DIR), str(Path(__file__).resolve().parent.parent),
+                 env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            env["CHAOS_CLOCK_BASE"] = repr(self.base_offset_s)
+            env["CHAOS_CLOCK_FILE"] = str(self.clock_file(nid))
+            if not self.clock_file(nid).exists():
+                self.clock_file(nid).write_text("0\n")
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns.node(self.index[nid]), sys.executable, "-m",
+                 "raftcron", "node", "--config", str(self.configs[nid])],
+                stdout=self._log(nid), stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )
+            self.nodes[nid] = proc
+            return proc.pid
+
+    def node_pid(self, nid: str) -> int | None:
+        proc = self.nodes.get(nid)
+        return proc.pid if proc and proc.poll() is None else None
+
+    def kill_node(self, nid: str, sig: int = signal.SIGKILL, wait_s: float = 10) -> int | None:
+        with self.lock:
+            proc = self.nodes.get(nid)
+            if proc is None or proc.poll() is not None:
+                return None
+            pid = proc.pid
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
+                proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                os.kill(pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+            return pid
+
+    def signal_node(self, nid: str, sig: int) -> int | None:
+        pid = self.node_pid(nid)
+        if pid is not None:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return None
+        return pid
+
+    def alive_nodes(self) -> list[str]:
+        return [nid for nid in self.ids if self.node_pid(nid) is not None]
+
+    # --- workers -------------------------------------------------------------------------
+
+    def start_worker(self, wid: str, servers: list[str] | None = None) -> int:
+        with self.lock:
+            if servers is not None:
+                self.worker_servers[wid] = servers
+            servers = self.worker_servers.get(wid) or list(self.urls.values())
+            env = dict(os.environ)
+            env["CHAOS_WORKER"] = wid
+            env["CHAOS_SINK"] = self.sink_url
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "raftcron", "worker", "--server", ",".join(servers),
+                 "--id", wid, "--concurrency", "6", "--queues", "default"],
+                stdout=self._log(f"worker-{wid}"), stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )
+            self.workers[wid] = proc
+            return proc.pid
+
+    def worker_tree(self, wid: str) -> list[int]:
+        """The worker's pid and its job processes (they run in their own groups)."""
+        proc = self.workers.get(wid)
+        if proc is None or proc.poll() is not None:
+            return []
+        return [proc.pid, *descendants(proc.pid)]
+
+    def kill_worker(self, wid: str) -> int | None:
+        with self.lock:
+            proc = self.workers.get(wid)
+            if proc is None or proc.poll() is not None:
+                return None
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+            return proc.pid
+
+    # --- sink and proxy ------------------------------------------------------------------
+
+    def start_aux(self, seed: int, drop_p: float) -> None:
+        self.proxy_control.write_text(f"{drop_p}\n")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        self.aux["sink"] = subprocess.Popen(
+            [sys.executable, "-m", "chaos.sink", "--host", CLIENT_IP, "--port", str(SINK_PORT),
+             "--log", str(self.out / "sink.jsonl"), "--base-offset", repr(self.base_offset_s)],
+            stdout=self._log("sink"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+        maps = []
+        for nid, i in self.index.items():
+            maps += ["--map", f"{PROXY_PORT_BASE + i}={self.urls[nid]}"]
+        self.aux["proxy"] = subprocess.Popen(
+            [sys.executable, "-m", "chaos.proxy", "--host", CLIENT_IP, *maps,
+             "--control", str(self.proxy_control), "--log", str(self.out / "proxy.jsonl"),
+             "--seed", str(seed)],
+            stdout=self._log("proxy"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                self.http.get(self.sink_url + "/", timeout=0.5)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("the sink did not start")
+
+    def proxy_urls(self) -> list[str]:
+        return [f"http://{CLIENT_IP}:{PROXY_PORT_BASE + i}" for i in self.index.values()]
+
+    # --- views ---------------------------------------------------------------------------
+
+    def view(self, nid: str, timeout: float = 1.0) -> dict[str, Any] | None:
+        if self.node_pid(nid) is None:
+            return None
+        try:
+            return self.http.get(self.urls[nid] + "/v1/cluster", timeout=timeout).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        for nid in among or self.alive_nodes():
+            v = self.view(nid, timeout=0.5)
+            if v and v.get("role") == "leader" and v.get("leader_duties"):
+                return nid
+        return None
+
+    def wait_leader(self, timeout: float = 30) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader:
+                return leader
+            time.sleep(0.2)
+        return None
+
+    def wait_up(self, nid: str, timeout: float = 20) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.view(nid, timeout=0.5) is not None:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop_all(self) -> None:
+        with self.lock:
+            procs = list(self.workers.values()) + list(self.nodes.values()) + list(
+                self.aux.values())
+            for proc in procs:
+                if proc.poll() is None:
+                    for pid in [proc.pid, *descendants(proc.pid)]:
+                        try:
+                            os.kill(pid, signal.SIGCONT)
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            for proc in procs:
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            self.http.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendant pids of `pid` (read from /proc; job shells start new sessions)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out

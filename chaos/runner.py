@@ -1,0 +1,257 @@
+"""`python -m chaos run`: set up namespaces, run the harness inside the client
+namespace, always tear everything down, then check the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from chaos.history import History
+from chaos.nemesis import Nemesis, plan
+from chaos.netns import Netns
+from chaos.procs import Processes
+from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
+
+QUIET_S = 6.0  # >= 3 x the election timeout (0.3-0.6 s) with a wide margin
+CI_FAULT_DEADLINE_S = 280.0  # leaves room for the final heal, quiet window and reads
+PROFILES = {"ci": {"duration": 300.0, "drop_p": 0.08}, "soak": {"duration": 3600.0,
+                                                                 "drop_p": 0.05}}
+
+
+def run_outer(profile: str, seed: int, duration: float | None, out: Path) -> int:
+    """Create the namespaces, re-run this command inside the client namespace, clean up."""
+    out.mkdir(parents=True, exist_ok=True)
+    netns = Netns(prefix=f"rc{os.getpid() % 100000}")
+    print(f"chaos: seed {seed}, profile {profile}, output {out}", flush=True)
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        netns.setup()
+        env = dict(os.environ, CHAOS_INSIDE="1", CHAOS_NETNS_PREFIX=netns.prefix)
+        args = [sys.executable, "-m", "chaos", "run", "--profile", profile, "--seed", str(seed),
+                "--out", str(out), "--no-check"]
+        if duration is not None:
+            args += ["--duration", str(duration)]
+        child = subprocess.Popen(["ip", "netns", "exec", netns.client, *args], env=env)
+        rc = child.wait()
+    finally:
+        netns.teardown()
+        for s, h in old.items():
+            signal.signal(s, h)
+    if rc != 0:
+        print(f"chaos: harness exited with {rc}", file=sys.stderr)
+        return rc
+    from chaos.checker import check_dir
+
+    summary = check_dir(out)
+    print(json.dumps(summary["verdict"], indent=2))
+    print(f"chaos: report in {out / 'report.md'}")
+    return 0 if summary["verdict"]["valid"] else 1
+
+
+def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int:
+    prefix = os.environ["CHAOS_NETNS_PREFIX"]
+    netns = Netns(prefix=prefix)
+    cfg = PROFILES[profile]
+    budget = duration if duration is not None else cfg["duration"]
+    # Every node (and the sink's cluster-time column) runs this far from real time, so the
+    # run crosses New York's fall-back fold DST_LEAD_S after the cluster starts.
+    start_at = DST_TRANSITION_UTC.timestamp() - DST_LEAD_S - 15
+    base = start_at - time.time()
+    history = History(out / "history.jsonl", seed, base)
+    procs = Processes(out, netns, history, base)
+    nemesis = Nemesis(procs, netns, history)
+    nemesis.base_drop_p = cfg["drop_p"]
+    stop = threading.Event()
+    monitor_stop = threading.Event()
+    meta: dict[str, Any] = {"seed": seed, "profile": profile, "base_offset_s": base,
+                            "dst_transition": DST_TRANSITION_UTC.isoformat(),
+                            "netns_prefix": prefix, "started_wall": time.time()}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    driver: Driver | None = None
+    t0 = time.monotonic()
+    try:
+        history.write("harness", "note", "setup", base_offset_s=base, profile=profile)
+        for nid in procs.ids:
+            pid = procs.start_node(nid)
+            history.write("harness", "note", "node-start", node=nid, pid=pid)
+        procs.start_aux(seed, cfg["drop_p"])
+        leader = procs.wait_leader(60)
+        if leader is None:
+            raise RuntimeError("no leader elected")
+        history.write("harness", "note", "leader", node=leader)
+        procs.start_worker("w1")
+        procs.start_worker("w2")
+        procs.start_worker("w3-proxied", procs.proxy_urls())
+        monitor = threading.Thread(target=_monitor, args=(procs, history, monitor_stop),
+                                   daemon=True)
+        monitor.start()
+        driver = Driver(procs, history, seed, base)
+        driver.create_jobs()
+        meta["jobs_created_cluster_wall"] = time.time() + base
+        driver.start()
+        schedule = plan(seed, profile, budget)
+        history.write("harness", "note", "plan", kinds=[p.kind for p in schedule],
+                      durations=[round(p.duration_s, 3) for p in schedule])
+        print(f"chaos: {len(schedule)} faults planned: {[p.kind for p in schedule]}",
+              flush=True)
+        time.sleep(5)
+        for p in schedule:
+            if stop.is_set() or (profile == "soak" and time.monotonic() - t0 > budget):
+                break
+            if profile == "ci" and time.monotonic() - t0 > CI_FAULT_DEADLINE_S:
+                history.write("harness", "note", "ci-deadline", skipped=p.kind)
+                print(f"chaos: ci deadline reached, {p.kind} skipped", flush=True)
+                continue
+            print(f"chaos: +{time.monotonic() - t0:6.1f}s {p.kind} ({p.duration_s:.1f}s)",
+                  flush=True)
+            nemesis.run(p, stop)
+            procs.wait_leader(20)
+            stop.wait(p.gap_s)
+        history.write("harness", "note", "final-heal-begin")
+        healed = nemesis.heal_all()
+        history.write("nemesis", "stop", "final-heal", **healed)
+        driver.stop()
+        procs.wait_leader(30)
+        history.write("harness", "note", "quiet-begin", quiet_s=QUIET_S)
+        time.sleep(QUIET_S)
+        meta["final_reads_cluster_wall"] = time.time() + base
+        history.write("harness", "note", "final-reads-begin")
+        monitor_stop.set()
+        final_reads(procs, history, out)
+        history.write("harness", "note", "done", elapsed_s=round(time.monotonic() - t0, 1))
+        meta["elapsed_s"] = time.monotonic() - t0
+        meta["driver_counts"] = driver.counts
+        return 0
+    except KeyboardInterrupt:
+        history.write("harness", "note", "interrupted")
+        return 130
+    finally:
+        monitor_stop.set()
+        if driver is not None:
+            driver.stop_event.set()
+        try:
+            nemesis.heal_all() if not stop.is_set() else nemesis._resume()
+        except Exception:
+            pass
+        procs.stop_all()
+        (out / "meta.json").write_text(json.dumps(meta, indent=2))
+        history.close()
+
+
+def _monitor(procs: Processes, history: History, stop: threading.Event) -> None:
+    """Sample every node's view of the cluster twice a second (term inflation, roles)."""
+    while not stop.is_set():
+        for nid in procs.ids:
+            v = procs.view(nid, timeout=0.4)
+            if v is not None:
+                history.write("monitor", "observe", "cluster", node=nid,
+                              pid=procs.node_pid(nid), role=v.get("role"), term=v.get("term"),
+                              epoch=v.get("epoch"), leader=v.get("leader_id"),
+                              applied=v.get("last_applied_index"),
+                              commit=v.get("commit_index"),
+                              clock_blocked=v.get("clock_blocked"))
+        stop.wait(0.5)
+
+
+def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
+    for _ in range(5):
+        try:
+            r = http.get(url, **kw)
+            if r.status_code == 200:
+                return r.json()
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    return None
+
+
+def final_reads(procs: Processes, history: History, out: Path) -> None:
+    """After the quiet window: digests, cluster views, jobs and every occurrence from each
+    node, and each occurrence's attempts (from every node that answers)."""
+    http = httpx.Client(timeout=10)
+    # Let the followers reach the leader's applied index before comparing digests.
+    digests: dict[str, Any] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        digests = {nid: _get(http, procs.urls[nid] + "/v1/digest") for nid in procs.ids}
+        idx = {d["last_applied_index"] for d in digests.values() if d}
+        if len(idx) == 1 and all(digests.values()):
+            break
+        time.sleep(0.5)
+    final: dict[str, Any] = {"digests": digests, "nodes": {}}
+    for nid in procs.ids:
+        base = procs.urls[nid]
+        node: dict[str, Any] = {"cluster": _get(http, base + "/v1/cluster")}
+        jobs: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+            page = _get(http, base + "/v1/jobs", params=params)
+            if not page:
+                break
+            jobs += page["jobs"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                break
+        node["jobs"] = jobs
+        occs: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+            page = _get(http, base + "/v1/occurrences", params=params)
+            if not page:
+                node["occurrences_incomplete"] = True
+                break
+            occs += page["occurrences"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                break
+        node["occurrences"] = occs
+        final["nodes"][nid] = node
+        history.write("harness", "note", "final-read", node=nid, jobs=len(jobs),
+                      occurrences=len(occs), digest=digests.get(nid))
+    # Attempts: every occurrence that ever had one, from every node, in parallel.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def attempts_of(args: tuple[str, str]) -> tuple[str, str, Any]:
+        nid, occ_id = args
+        from urllib.parse import quote
+
+        data = _get(http, procs.urls[nid] + "/v1/occurrences/" + quote(occ_id, safe=""))
+        return nid, occ_id, (data or {}).get("attempt_list")
+
+    work = [(nid, o["id"]) for nid, node in final["nodes"].items()
+            for o in node["occurrences"] if o["attempts"]]
+    attempts: dict[str, dict[str, Any]] = {nid: {} for nid in procs.ids}
+    with ThreadPoolExecutor(8) as pool:
+        for nid, occ_id, lst in pool.map(attempts_of, work):
+            attempts[nid][occ_id] = lst
+    final["attempts"] = attempts
+    final["read_at_wall"] = time.time()
+    (out / "final.json").write_text(json.dumps(final))
+    http.close()
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()

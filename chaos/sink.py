@@ -1,0 +1,96 @@
+"""The fenced sink: a small HTTP service that records every job side effect.
+
+A job's effect is `POST /effect` with headers naming the job, occurrence, attempt,
+scheduled instant, worker and fencing token. The key is the occurrence's idempotency key;
+the sink accepts a token greater than or equal to the highest it has seen for that key
+(equal = the same attempt writing again) and rejects a lower one with 409, like etcd's
+revision used as a fence. Every decision is appended to a JSONL log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Sink:
+    def __init__(self, log_path: str, base_offset_s: float) -> None:
+        self.base_offset_s = base_offset_s
+        self.highest: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.log = open(log_path, "a", buffering=1)
+
+    def record(self, h: dict[str, str]) -> tuple[bool, dict[str, Any]]:
+        token = int(h.get("x-token") or -1)
+        key = h.get("x-key") or h.get("x-occ") or ""
+        wall = time.time()
+        with self.lock:
+            prev = self.highest.get(key)
+            accepted = prev is None or token >= prev
+            if accepted:
+                self.highest[key] = token
+            rec = {
+                "wall": round(wall, 6), "cluster_wall": round(wall + self.base_offset_s, 6),
+                "mono": round(time.monotonic(), 6), "key": key, "job": h.get("x-job"),
+                "occurrence": h.get("x-occ"), "attempt": h.get("x-attempt"),
+                "scheduled_for": h.get("x-sched"), "worker": h.get("x-worker"),
+                "token": token, "prev_max": prev,
+                "verdict": "accept" if accepted else "reject",
+                "replay": bool(prev is not None and token == prev),
+            }
+            self.log.write(json.dumps(rec, sort_keys=True) + "\n")
+        return accepted, rec
+
+
+def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("content-length") or 0)
+            if length:
+                self.rfile.read(length)
+            if self.path.startswith("/effect"):
+                accepted, rec = sink.record({k.lower(): v for k, v in self.headers.items()})
+                body = json.dumps(rec).encode()
+                self.send_response(200 if accepted else 409)
+            else:
+                body = b"{}"
+                self.send_response(404)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    return Handler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--base-offset", type=float, default=0.0)
+    args = ap.parse_args()
+    sink = Sink(args.log, args.base_offset)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(sink))
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The workload: the jobs of a run and the client driver (triggers, edits, backfills).
+
+Every job's side effect is a `curl` to the fenced sink at the end of its shell command,
+so a paused or crashed worker's job process can write late with a stale token.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from chaos.history import History
+from chaos.procs import Processes
+
+# Fall-back day in New York: 01:00-01:59:59 local happens twice (EDT, then EST from
+# 06:00Z). The cluster's wall clock is moved to shortly before the fold.
+DST_TRANSITION_UTC = datetime(2026, 11, 1, 6, 0, 0, tzinfo=UTC)
+DST_LEAD_S = 80
+
+
+def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
+    parts = []
+    if sleep_s:
+        parts.append(f"sleep {sleep_s}")
+    parts.append(
+        'curl -sS -f -m 5 -o /dev/null -X POST "$CHAOS_SINK/effect"'
+        ' -H "X-Job: $RAFTCRON_JOB_ID" -H "X-Occ: $RAFTCRON_OCCURRENCE_ID"'
+        ' -H "X-Key: $RAFTCRON_IDEMPOTENCY_KEY" -H "X-Attempt: $RAFTCRON_ATTEMPT_ID"'
+        ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Sched: $RAFTCRON_SCHEDULED_FOR"'
+        ' -H "X-Worker: $CHAOS_WORKER"'
+    )
+    cmd = "; ".join(parts)
+    if exit_code:
+        cmd += f"; exit {exit_code}"
+    return cmd
+
+
+def job_specs() -> list[dict[str, Any]]:
+    """Every misfire and overlap policy, failing and slow jobs, DST jobs, edit/manual
+    and backfill targets."""
+    fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
+    slow = {"heartbeat_timeout_s": 3, "retry_backoff_s": 1, "max_attempts": 3}
+    ny = "America/New_York"
+    return [
+        {"id": "skip-1s", "schedule": {"cron": "* * * * * *"}, "misfire_policy": "skip",
+         "misfire_grace_s": 2, "overlap_policy": "allow", "target": {"shell": effect_cmd()},
+         **fast},
+        {"id": "runonce-2s", "schedule": {"cron": "*/2 * * * * *"},
+         "misfire_policy": "run_once", "misfire_grace_s": 2, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd()}, **fast},
+        {"id": "catchup-2s", "schedule": {"cron": "*/2 * * * * *"},
+         "misfire_policy": "catch_up", "catch_up_max": 3, "misfire_grace_s": 2,
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        {"id": "forbid-slow", "schedule": {"cron": "*/2 * * * * *"},
+         "overlap_policy": "forbid", "target": {"shell": effect_cmd(3)}, **slow},
+        {"id": "replace-slow", "schedule": {"cron": "*/3 * * * * *"},
+         "overlap_policy": "replace", "target": {"shell": effect_cmd(4)}, **slow},
+        {"id": "buffer-slow", "schedule": {"cron": "*/2 * * * * *"},
+         "overlap_policy": "buffer_one", "target": {"shell": effect_cmd(3)}, **slow},
+        {"id": "slow-allow", "schedule": {"cron": "*/5 * * * * *"},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd(5)}, **slow},
+        {"id": "fail-4s", "schedule": {"cron": "*/4 * * * * *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd(0, 1)}, **fast},
+        {"id": "edit-2s", "schedule": {"cron": "*/2 * * * * *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd()}, **fast},
+        {"id": "manual", "schedule": {"cron": "0 0 0 1 1 *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd()}, **fast},
+        {"id": "manual-forbid", "schedule": {"cron": "0 0 0 1 1 *"},
+         "overlap_policy": "forbid", "target": {"shell": effect_cmd(2)}, **slow},
+        {"id": "backfill-5s", "schedule": {"cron": "*/5 * * * * *"},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        {"id": "dst-once", "schedule": {"cron": "*/5 * 1 * * *", "timezone": ny,
+                                        "dst_fold": "once"},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        {"id": "dst-both", "schedule": {"cron": "*/5 * 1 * * *", "timezone": ny,
+                                        "dst_fold": "both"},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        {"id": "dst-auto", "schedule": {"cron": "*/5 * 1 * * *", "timezone": ny},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+    ]
+
+
+EDIT_CRONS = ("*/2 * * * * *", "*/3 * * * * *")
+
+
+class Client:
+    """Issues one logical client operation with retries and records each try."""
+
+    def __init__(self, procs: Processes, history: History, rng: random.Random) -> None:
+        self.procs = procs
+        self.history = history
+        self.rng = rng
+        self.http = httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0))
+
+    def request(self, f: str, method: str, path: str, *, body: Any = None,
+                headers: dict[str, str] | None = None, node: str | None = None,
+                op_id: int | None = None, **fields: Any) -> tuple[str, Any, str]:
+        """One try; returns (type, response json or None, node)."""
+        node = node or self.rng.choice(self.procs.ids)
+        op_id = op_id or self.history.new_id()
+        pid = self.procs.node_pid(node)
+        self.history.write("client", "invoke", f, op=op_id, node=node, pid=pid,
+                           method=method, path=path, body=body, headers=headers, **fields)
+        try:
+            resp = self.http.request(method, self.procs.urls[node] + path, json=body,
+                                     headers=headers)
+        except httpx.ConnectError as e:
+            self.history.write("client", "fail", f, op=op_id, node=node, pid=pid,
+                               error=type(e).__name__, **fields)
+            return "fail", None, node
+        except httpx.HTTPError as e:
+            self.history.write("client", "info", f, op=op_id, node=node, pid=pid,
+                               error=type(e).__name__, **fields)
+            return "info", None, node
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        code = (data or {}).get("error", {}).get("code") if isinstance(data, dict) else None
+        if 200 <= resp.status_code < 300:
+            type_ = "ok"
+        elif resp.status_code == 503 and code == "no_leader":
+            type_ = "fail"
+        elif resp.status_code >= 500:
+            type_ = "info"
+        else:
+            type_ = "fail"
+        self.history.write("client", type_, f, op=op_id, node=node, pid=pid,
+                           status=resp.status_code, code=code,
+                           response=_essentials(data), **fields)
+        return type_, data, node
+
+    def retried(self, f: str, method: str, path: str, tries: int = 5,
+                **kw: Any) -> tuple[str, Any]:
+        """Retry an idempotent request (same Idempotency-Key) until a definite answer."""
+        last: tuple[str, Any] = ("info", None)
+        for i in range(tries):
+            type_, data, _ = self.request(f, method, path, try_no=i + 1, **kw)
+            if type_ == "ok":
+                return type_, data
+            if type_ == "fail" and data is not None and (data.get("error") or {}).get(
+                    "code") not in ("no_leader",):
+                return type_, data
+            last = (type_, data) if type_ == "info" or last[0] != "info" else last
+            time.sleep(0.5 + 0.5 * i)
+        return last
+
+
+def _essentials(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return None
+    keep = ("id", "version", "status", "reason", "duplicate", "occurrence_ids", "count",
+            "created", "request_key", "kind", "idempotency_key", "scheduled_for", "error",
+            "job_id")
+    out = {k: data[k] for k in keep if k in data}
+    if "schedule" in data and isinstance(data["schedule"], dict):
+        out["cron"] = data["schedule"].get("cron")
+    return out
+
+
+class Driver:
+    """Creates the jobs, then keeps issuing triggers, edits and backfills until stopped."""
+
+    def __init__(self, procs: Processes, history: History, seed: int,
+                 base_offset_s: float) -> None:
+        self.procs = procs
+        self.history = history
+        self.rng = random.Random(seed * 7919 + 1)
+        self.client = Client(procs, history, self.rng)
+        self.base_offset_s = base_offset_s
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.counts: dict[str, int] = {}
+
+    def cluster_now(self) -> float:
+        return time.time() + self.base_offset_s
+
+    def create_jobs(self) -> None:
+        for spec in job_specs():
+            type_, _ = self.client.retried("create", "POST", "/v1/jobs", body=spec,
+                                           headers={"Idempotency-Key": f"create-{spec['id']}"},
+                                           job=spec["id"], spec=spec)
+            if type_ != "ok":
+                raise RuntimeError(f"could not create job {spec['id']}")
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.loop, name="driver", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread:
+            self.thread.join(30)
+
+    def loop(self) -> None:
+        n = 0
+        while not self.stop_event.is_set():
+            n += 1
+            kind = self.rng.choices(["trigger", "edit", "backfill"], [5, 2, 1])[0]
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            try:
+                getattr(self, kind)(n)
+            except Exception as e:  # the driver must survive anything a nemesis causes
+                self.history.write("client", "note", "driver-error", error=repr(e))
+            self.stop_event.wait(self.rng.uniform(0.5, 1.5))
+
+    def trigger(self, n: int) -> None:
+        job = self.rng.choice(["manual", "manual", "manual-forbid"])
+        key = f"t{n}-{self.rng.getrandbits(32):08x}"
+        body = {"override_overlap": False}
+        kw = {"body": body, "headers": {"Idempotency-Key": key}, "job": job, "key": key}
+        type_, _ = self.client.retried("trigger", "POST", f"/v1/jobs/{job}/trigger", **kw)
+        if type_ == "ok" and self.rng.random() < 0.5:
+            self.client.retried("trigger", "POST", f"/v1/jobs/{job}/trigger", repeat=True, **kw)
+
+    def edit(self, n: int) -> None:
+        job = "edit-2s"
+        type_, data, _ = self.client.request("read", "GET", f"/v1/jobs/{job}?consistent=true",
+                                             job=job)
+        if type_ != "ok" or not data:
+            return
+        version = data["version"]
+        cron = EDIT_CRONS[1] if data["schedule"]["cron"] == EDIT_CRONS[0] else EDIT_CRONS[0]
+        spec = {k: data[k] for k in ("schedule", "misfire_policy", "misfire_grace_s",
+                                     "overlap_policy", "target", "heartbeat_timeout_s",
+                                     "retry_backoff_s", "max_attempts")}
+        spec["schedule"] = {"cron": cron, "timezone": data["schedule"]["timezone"]}
+        key = f"e{n}-{self.rng.getrandbits(32):08x}"
+        self.client.retried("edit", "PUT", f"/v1/jobs/{job}", body=spec,
+                            headers={"Idempotency-Key": key, "If-Match": f'"{version}"'},
+                            job=job, key=key, expected_version=version, cron=cron)
+
+    def backfill(self, n: int) -> None:
+        job = "backfill-5s"
+        now = self.cluster_now()
+        start = datetime.fromtimestamp(now - 40, UTC).isoformat().replace("+00:00", "Z")
+        end = datetime.fromtimestamp(now - 25, UTC).isoformat().replace("+00:00", "Z")
+        key = f"b{n}-{self.rng.getrandbits(32):08x}"
+        self.client.retried("backfill", "POST", f"/v1/jobs/{job}/backfill",
+                            body={"start": start, "end": end},
+                            headers={"Idempotency-Key": key}, job=job, key=key)

@@ -15,8 +15,10 @@ import uvicorn
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster.proposer import ProposalError, Proposer
 from raftcron.cluster.raft import RaftNode
+from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
+from raftcron.leader.clock import ClockGuard
 from raftcron.leader.duties import DutySettings, LeaderDuties
 from raftcron.state import db
 from raftcron.state.machine import StateMachine
@@ -52,6 +54,8 @@ class Node:
         self._beginning: int | None = None
         self.started_monotonic = time.monotonic()
         self.skew_blocked = False
+        self.clock_guard = ClockGuard([p.http_url for p in config.peers], len(config.peers) + 1)
+        self.transfer = LeadershipTransfer(self.raft)
         self.metrics = NodeMetrics()
         self.duty_settings = DutySettings(
             webhooks=config.webhooks, webhook_secret=config.read_webhook_secret(),
@@ -112,7 +116,8 @@ class Node:
             "ready": bool(self.raft.isReady()),
             "leader_duties": bool(self.duties and not self.duties.stopped),
             "last_tick_ms": ticker.last_tick_ms if ticker else None,
-            "clock_blocked": self.skew_blocked,
+            "clock_blocked": self.skew_blocked or not self.clock_guard.trusted(),
+            "clock": self.clock_guard.describe(),
             "clock_skew_ms": self.metrics.skew_ms,
             "now_ms": int(time.time() * 1000),
             "peers": peers,
@@ -199,7 +204,28 @@ class Node:
         log.info("epoch %d begins on %s", term, self.config.node_id)
         self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
                                    self.duty_settings, self.metrics.on_duty_event)
+        for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
+                     self.duties.deadlines):
+            duty.gate = self.clock_guard.trusted
         self.duties.start()
+
+    async def _step_down_when_clock_untrusted(self) -> None:
+        """A leader whose clock the majority disagrees with does not tick; after a few
+        seconds it hands leadership to a peer instead of leaving the cluster idle."""
+        untrusted_since: float | None = None
+        while True:
+            await asyncio.sleep(0.5)
+            if not self.raft.is_leader() or self.clock_guard.trusted():
+                untrusted_since = None
+                continue
+            if untrusted_since is None:
+                untrusted_since = time.monotonic()
+                log.error("clock disagrees with the cluster (%s ms): not ticking",
+                          self.clock_guard.skew_ms())
+            elif time.monotonic() - untrusted_since > 3.0:
+                log.error("handing leadership over: this node's clock is not trusted")
+                self.transfer.request()
+                untrusted_since = time.monotonic()
 
     def _duties_exited(self, duties: LeaderDuties, exc: BaseException | None) -> None:
         if self.duties is duties:
@@ -219,6 +245,10 @@ class Node:
         self.loop = asyncio.get_running_loop()
         self.proposer = Proposer(self.raft, self.loop)
         self.raft.on_tick(self._on_tick)
+        self._background = [
+            asyncio.create_task(self.clock_guard.run(), name="clock-guard"),
+            asyncio.create_task(self._step_down_when_clock_untrusted(), name="clock-step-down"),
+        ]
         app = create_app(self)
         config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
                                 log_level="warning", lifespan="on", access_log=False)

@@ -24,7 +24,8 @@ async def cluster(request: Request) -> JSONResponse:
 
 
 async def healthz(request: Request) -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+    # now_ms lets peers compare wall clocks (leader.clock.ClockGuard).
+    return JSONResponse({"status": "ok", "now_ms": int(time.time() * 1000)})
 
 
 async def cluster_tick(request: Request, status: dict[str, Any]) -> dict[str, Any]:

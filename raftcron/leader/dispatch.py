@@ -60,6 +60,7 @@ class Dispatcher:
         self.open_reader = open_reader
         self.clock = clock
         self.reserved: set[str] = set()
+        self.gate: Callable[[], bool] = lambda: True
         self._changed = asyncio.Event()
         self._conn: sqlite3.Connection | None = None
 
@@ -106,7 +107,11 @@ class Dispatcher:
         while True:
             changed = self._changed
             now = self.clock()
-            ids, stamp, next_due = self._select(queues, max_n, now)
+            if not self.gate():
+                # An untrusted clock would hand runs out early: lease nothing for now.
+                ids, stamp, next_due = [], now, None
+            else:
+                ids, stamp, next_due = self._select(queues, max_n, now)
             if ids:
                 self.reserved.update(ids)
                 try:
@@ -129,6 +134,8 @@ class Dispatcher:
                 return []
             if next_due is not None:
                 remaining = min(remaining, max(0.0, (next_due - LEASE_LEAD_MS - now) / 1000))
+            elif not self.gate():
+                remaining = min(remaining, 0.5)
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:

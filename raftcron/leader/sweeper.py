@@ -21,6 +21,7 @@ class Sweeper:
         self.proposer = proposer
         self.open_reader = open_reader
         self.clock = clock
+        self.gate: Callable[[], bool] = lambda: True
 
     def _candidates(self, conn: sqlite3.Connection, now: int) -> list[str]:
         return [r[0] for r in conn.execute(
@@ -33,6 +34,9 @@ class Sweeper:
         conn = self.open_reader()
         try:
             while True:
+                if not self.gate():  # a fast clock would expire healthy leases early
+                    await asyncio.sleep(SWEEP_PERIOD_S)
+                    continue
                 now = self.clock()
                 ids = self._candidates(conn, now)
                 if ids:

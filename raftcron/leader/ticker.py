@@ -48,6 +48,9 @@ class Ticker:
         self.wakeup = asyncio.Event()
         self.last_tick_ms: int | None = None
         self.claims = 0
+        # Whether this node's clock may be trusted (see leader.clock); set by the node.
+        self.gate: Callable[[], bool] = lambda: True
+        self.clock_blocked = False
 
     def notify_jobs_changed(self, job_ids: set[str]) -> None:
         """Called on the event loop when applied commands touched these jobs."""
@@ -97,6 +100,10 @@ class Ticker:
                     pass
 
     async def tick_once(self) -> None:
+        if not self.gate():
+            self.clock_blocked = True  # a clock far off the others' must not claim
+            return
+        self.clock_blocked = False
         now = self.clock()
         items = self.planner.due(now)
         for i in range(0, len(items), MAX_ITEMS_PER_CLAIM):

@@ -68,6 +68,10 @@ HANDLERS: dict[type[c.Command], Handler] = {
 }
 assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a handler"
 
+# Leader commands whose decisions depend on time: the newest time they carried is the
+# cluster clock a new leader must not be behind (ARCHITECTURE invariant 6).
+CLOCKED = (c.Claim, c.Lease, c.Sweep)
+
 DEDUPED = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual, c.Backfill, c.Prune,
            c.PutTenant)
 
@@ -116,9 +120,10 @@ class StateMachine:
                     f"command from epoch {cmd.epoch} but the current epoch is {epoch}",  # type: ignore[attr-defined]
                     epoch=epoch,
                 )
-            now = cmd.now_ms  # type: ignore[attr-defined]
-            if now > ctx.meta(META_CLOCK):
-                ctx.set_meta(META_CLOCK, now)
+            if isinstance(cmd, CLOCKED):
+                now = cmd.now_ms
+                if now > ctx.meta(META_CLOCK):
+                    ctx.set_meta(META_CLOCK, now)
         if isinstance(cmd, DEDUPED):
             row = ctx.conn.execute(
                 "SELECT result FROM requests WHERE request_id = ?", (cmd.request_id,)

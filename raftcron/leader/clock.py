@@ -1,0 +1,89 @@
+"""Clock agreement: a leader whose wall clock is far off the others' must not tick.
+
+Every node asks its peers for their wall clock (`GET /healthz` carries `now_ms`) once a
+second and keeps, per peer, the offset measured with the smallest round trip. A node's
+clock is *trusted* when, counting itself, a majority of the cluster agrees with it within
+`max_skew_ms`. The leader's ticker, dispatcher and sweeper only act while their clock is
+trusted; a leader that stays untrusted hands leadership over (see node.py).
+
+With no fresh measurement at all (peers unreachable over HTTP) the clock counts as
+trusted: there is nothing to compare with, and the leader could not be elected without
+a majority anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+import httpx
+
+MAX_SKEW_MS = 500
+FRESH_S = 10.0
+PERIOD_S = 1.0
+
+
+@dataclass
+class Sample:
+    offset_ms: float
+    rtt_ms: float
+    at: float  # monotonic
+
+
+class ClockGuard:
+    def __init__(self, peer_urls: list[str], cluster_size: int,
+                 max_skew_ms: int = MAX_SKEW_MS, period_s: float = PERIOD_S) -> None:
+        self.peer_urls = peer_urls
+        self.cluster_size = cluster_size
+        self.max_skew_ms = max_skew_ms
+        self.period_s = period_s
+        self.samples: dict[str, Sample] = {}
+
+    def record(self, url: str, sent_ms: float, peer_ms: float, received_ms: float) -> None:
+        rtt = received_ms - sent_ms
+        offset = peer_ms - (sent_ms + received_ms) / 2
+        now = time.monotonic()
+        old = self.samples.get(url)
+        # Prefer the tighter measurement unless the old one is getting stale.
+        if old is None or rtt <= old.rtt_ms or now - old.at > FRESH_S / 2:
+            self.samples[url] = Sample(offset, rtt, now)
+
+    def fresh_offsets(self) -> list[float]:
+        now = time.monotonic()
+        return [s.offset_ms for s in self.samples.values() if now - s.at <= FRESH_S]
+
+    def trusted(self) -> bool:
+        offsets = self.fresh_offsets()
+        if not offsets:
+            return True
+        agreeing = sum(1 for o in offsets if abs(o) <= self.max_skew_ms + 0.0)
+        return 1 + agreeing >= self.cluster_size // 2 + 1
+
+    def skew_ms(self) -> int | None:
+        """This node's clock minus the median of its peers' (None: not measured)."""
+        offsets = self.fresh_offsets()
+        return None if not offsets else int(-statistics.median(offsets))
+
+    def describe(self) -> dict[str, object]:
+        return {"trusted": self.trusted(), "skew_ms": self.skew_ms(),
+                "max_skew_ms": self.max_skew_ms,
+                "peers": {u: round(s.offset_ms) for u, s in self.samples.items()}}
+
+    async def run(self, headers: dict[str, str] | None = None) -> None:
+        async with httpx.AsyncClient(timeout=2.0, headers=headers) as client:
+            while True:
+                await asyncio.gather(*(self._probe(client, u) for u in self.peer_urls))
+                await asyncio.sleep(self.period_s)
+
+    async def _probe(self, client: httpx.AsyncClient, url: str) -> None:
+        sent = time.time() * 1000
+        try:
+            resp = await client.get(f"{url}/healthz")
+            peer = resp.json().get("now_ms")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return
+        received = time.time() * 1000
+        if isinstance(peer, int | float):
+            self.record(url, sent, float(peer), received)

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from raftcron.api.context import ApiContext, now_ms
 from raftcron.api.errors import HTTPError, json_body, rejection_error
 from raftcron.api.jobs import ctx_of
+from raftcron.cluster.proposer import ProposalError
 from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE
@@ -93,7 +94,7 @@ async def leases(request: Request) -> Response:
     try:
         got = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
                                             float(wait_s))
-    except LostEpoch:
+    except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
     return JSONResponse({"leases": got})

@@ -6,9 +6,9 @@ clock is *trusted* when, counting itself, a majority of the cluster agrees with 
 `max_skew_ms`. The leader's ticker, dispatcher and sweeper only act while their clock is
 trusted; a leader that stays untrusted hands leadership over (see node.py).
 
-With no fresh measurement at all (peers unreachable over HTTP) the clock counts as
-trusted: there is nothing to compare with, and the leader could not be elected without
-a majority anyway.
+Before any measurement the clock counts as trusted (there is nothing to compare with,
+and a leader needs a majority anyway); afterwards, while no measurement is fresh, the
+last verdict stands.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class ClockGuard:
         self.max_skew_ms = max_skew_ms
         self.period_s = period_s
         self.samples: dict[str, Sample] = {}
+        self._last_verdict = True
 
     def record(self, url: str, sent_ms: float, peer_ms: float, received_ms: float) -> None:
         rtt = received_ms - sent_ms
@@ -57,9 +58,12 @@ class ClockGuard:
     def trusted(self) -> bool:
         offsets = self.fresh_offsets()
         if not offsets:
-            return True
-        agreeing = sum(1 for o in offsets if abs(o) <= self.max_skew_ms + 0.0)
-        return 1 + agreeing >= self.cluster_size // 2 + 1
+            # Nothing fresh to compare with: keep the last verdict (a node found far off
+            # stays distrusted while its peers are unreachable).
+            return self._last_verdict
+        agreeing = sum(1 for o in offsets if abs(o) <= self.max_skew_ms)
+        self._last_verdict = 1 + agreeing >= self.cluster_size // 2 + 1
+        return self._last_verdict
 
     def skew_ms(self) -> int | None:
         """This node's clock minus the median of its peers' (None: not measured)."""

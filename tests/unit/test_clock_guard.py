@@ -61,3 +61,11 @@ def test_an_untrusted_ticker_claims_nothing_until_trusted() -> None:
     ticker.gate = lambda: True
     with pytest.raises(AssertionError, match="untrusted clock proposed"):
         asyncio.run(ticker.tick_once())  # due instants exist: a trusted ticker proposes
+
+
+def test_a_distrusted_clock_stays_distrusted_when_measurements_go_stale() -> None:
+    g = guard_with([-16_000.0, -16_000.0])
+    assert not g.trusted()
+    for sample in g.samples.values():
+        sample.at -= 60  # peers unreachable for a minute
+    assert not g.fresh_offsets() and not g.trusted()

@@ -17,6 +17,10 @@ from raftcron.core.schedule import CronSchedule, compile_schedule, jitter_offset
 
 LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
+# A herd (many jobs sharing one instant, e.g. midnight) is claimed further ahead, so its
+# claims are committed before the instant instead of after it.
+HERD_SIZE = 1000
+HERD_LOOKAHEAD_MS = 10_000
 # A job that missed more instants than this (e.g. every second, cluster down for days) is
 # accounted for over several rounds, so one job cannot monopolise a tick.
 MAX_INSTANTS_PER_JOB_ROUND = 5000
@@ -65,14 +69,40 @@ class TickPlanner:
         self.lookahead_ms = lookahead_ms
         self.jobs: dict[str, JobRecord] = {}
         self._heap: list[tuple[int, str, int]] = []  # (next_ms, job_id, version)
+        self.per_instant: dict[int, int] = {}  # live jobs whose next instant is this one
 
-    def upsert(self, rec: JobRecord) -> None:
-        self.jobs[rec.id] = rec
+    def _count(self, next_ms: int | None, delta: int) -> None:
+        if next_ms is None:
+            return
+        n = self.per_instant.get(next_ms, 0) + delta
+        if n > 0:
+            self.per_instant[next_ms] = n
+        else:
+            self.per_instant.pop(next_ms, None)
+
+    def _push(self, rec: JobRecord) -> None:
         if rec.next_ms is not None:
             heapq.heappush(self._heap, (rec.next_ms, rec.id, rec.version))
+            self._count(rec.next_ms, +1)
+
+    def upsert(self, rec: JobRecord) -> None:
+        self.remove(rec.id)
+        self.jobs[rec.id] = rec
+        self._push(rec)
 
     def remove(self, job_id: str) -> None:
-        self.jobs.pop(job_id, None)
+        old = self.jobs.pop(job_id, None)
+        if old is not None:
+            self._count(old.next_ms, -1)
+
+    def horizon(self, now_ms: int) -> int:
+        """How far ahead to claim: the lookahead, or up to a herd's instant."""
+        horizon = now_ms + self.lookahead_ms
+        limit = now_ms + HERD_LOOKAHEAD_MS
+        for instant, n in self.per_instant.items():
+            if n >= HERD_SIZE and horizon < instant <= limit:
+                horizon = instant
+        return horizon
 
     def next_wakeup_ms(self) -> int | None:
         """When the next claim is due (the next instant minus the lookahead)."""
@@ -82,7 +112,9 @@ class TickPlanner:
             if rec is None or rec.version != version or rec.next_ms != next_ms:
                 heapq.heappop(self._heap)  # stale entry
                 continue
-            return next_ms - self.lookahead_ms
+            herds = [i - HERD_LOOKAHEAD_MS for i, n in self.per_instant.items()
+                     if n >= HERD_SIZE]
+            return min([next_ms - self.lookahead_ms, *herds])
         return None
 
     def due(self, now_ms: int, limit: int = 100_000) -> list[list[Any]]:
@@ -91,16 +123,16 @@ class TickPlanner:
         Advances each job's watermark in memory as if the claim succeeded; the caller
         reloads a job from the database if its claim is rejected.
         """
-        horizon = now_ms + self.lookahead_ms
+        horizon = self.horizon(now_ms)
         items: list[list[Any]] = []
         while self._heap and self._heap[0][0] <= horizon and len(items) < limit:
             next_ms, job_id, version = heapq.heappop(self._heap)
             rec = self.jobs.get(job_id)
             if rec is None or rec.version != version or rec.next_ms != next_ms:
                 continue
+            self._count(rec.next_ms, -1)
             items.extend(self._job_items(rec, now_ms, horizon))
-            if rec.next_ms is not None:
-                heapq.heappush(self._heap, (rec.next_ms, rec.id, rec.version))
+            self._push(rec)
         return items
 
     def _job_items(self, rec: JobRecord, now_ms: int, horizon: int) -> list[list[Any]]:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable
 
 from raftcron.cluster.proposer import Proposer
@@ -21,6 +22,7 @@ log = logging.getLogger("raftcron.ticker")
 
 JOB_ROW_SQL = "SELECT id, version, paused, watermark_ms, spec FROM jobs"
 MAX_SLEEP_S = 1.0
+CLAIMS_IN_FLIGHT = 4
 
 
 class LostEpoch(Exception):
@@ -99,6 +101,16 @@ class Ticker:
                 except TimeoutError:
                     pass
 
+    def _claimed(self, result: dict) -> None:
+        if not result.get("ok"):
+            if result.get("rejected") == "stale_epoch":
+                raise LostEpoch(result.get("message", ""))
+            raise RuntimeError(f"claim refused: {result}")
+        self.claims += 1
+        stale = {job_id for job_id, _, reason in result["rejected_items"]
+                 if reason != "already_claimed"}
+        self.changed_jobs |= stale
+
     async def tick_once(self) -> None:
         if not self.gate():
             self.clock_blocked = True  # a clock far off the others' must not claim
@@ -106,16 +118,19 @@ class Ticker:
         self.clock_blocked = False
         now = self.clock()
         items = self.planner.due(now)
-        for i in range(0, len(items), MAX_ITEMS_PER_CLAIM):
-            chunk = items[i : i + MAX_ITEMS_PER_CLAIM]
-            result = await self.proposer.propose_leader(Claim(self.epoch, now, chunk))
-            if not result.get("ok"):
-                if result.get("rejected") == "stale_epoch":
-                    raise LostEpoch(result.get("message", ""))
-                raise RuntimeError(f"claim refused: {result}")
-            self.claims += 1
-            stale = {job_id for job_id, _, reason in result["rejected_items"]
-                     if reason != "already_claimed"}
-            if stale:
-                self.changed_jobs |= stale
+        # Chunks are submitted in order (the log keeps that order) with a few awaiting
+        # commit at once, so a herd's claims share replication rounds.
+        in_flight: deque[asyncio.Task[dict]] = deque()
+        try:
+            for i in range(0, len(items), MAX_ITEMS_PER_CLAIM):
+                chunk = items[i : i + MAX_ITEMS_PER_CLAIM]
+                in_flight.append(asyncio.ensure_future(
+                    self.proposer.propose_leader(Claim(self.epoch, now, chunk))))
+                if len(in_flight) >= CLAIMS_IN_FLIGHT:
+                    self._claimed(await in_flight.popleft())
+            while in_flight:
+                self._claimed(await in_flight.popleft())
+        finally:
+            for task in in_flight:
+                task.cancel()
         self.last_tick_ms = now

@@ -47,7 +47,7 @@ def test_a_herd_is_claimed_up_to_ten_seconds_ahead_but_a_lone_job_is_not() -> No
     midnight = T0 + 86_400_000
     for i in range(HERD_SIZE):
         p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))
-    p.upsert(rec("lone", "5 0 0 * * *", T0 + 1000))  # 5 s after the herd
+    p.upsert(rec("lone", "5 0 0 * * *", T0 + 10_000))  # 5 s after the herd
     assert p.next_wakeup_ms() == midnight - HERD_LOOKAHEAD_MS
     assert p.due(midnight - HERD_LOOKAHEAD_MS - 1) == []
     items = p.due(midnight - HERD_LOOKAHEAD_MS + 1)

@@ -17,12 +17,21 @@ import httpx
 
 from chaos.history import History
 from chaos.netns import CLIENT_IP, Netns, node_ip
+from raftcron.auth import create_token
 
 HTTP_PORT = 8700
 RAFT_PORT = 7000
 SINK_PORT = 9100
 PROXY_PORT_BASE = 9200
 CLOCK_DIR = Path(__file__).resolve().parent / "clock"
+
+
+def write_tokens(root: Path) -> tuple[str, str]:
+    """A fresh tokens file shared by the nodes: (admin token, worker token)."""
+    path = root / "tokens.json"
+    path.unlink(missing_ok=True)
+    return (create_token(str(path), ["admin"], "chaos-admin"),
+            create_token(str(path), ["worker"], "chaos-worker"))
 
 
 def write_configs(root: Path, n: int) -> dict[str, Path]:
@@ -35,7 +44,8 @@ def write_configs(root: Path, n: int) -> dict[str, Path]:
     for i, nid in enumerate(ids, start=1):
         lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
                  f'raft_addr = "{node_ip(i)}:{RAFT_PORT}"', f'http_host = "{node_ip(i)}"',
-                 f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"', ""]
+                 f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
+                 'tokens_file = "tokens.json"', ""]
         for j, other in enumerate(ids, start=1):
             if other != nid:
                 lines += ["[[peers]]", f'id = "{other}"',
@@ -58,15 +68,20 @@ class Processes:
         self.index = {nid: i for i, nid in enumerate(self.ids, start=1)}
         self.urls = {nid: f"http://{node_ip(i)}:{HTTP_PORT}" for nid, i in self.index.items()}
         self.configs = write_configs(out / "nodes", n)
+        self.admin_token, self.worker_token = write_tokens(out / "nodes")
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.worker_servers: dict[str, list[str]] = {}
         self.aux: dict[str, subprocess.Popen[bytes]] = {}
         self.lock = threading.RLock()
-        self.http = httpx.Client(timeout=2.0)
+        self.http = httpx.Client(timeout=2.0, headers=self.auth_headers())
         (out / "clock").mkdir(exist_ok=True)
         self.proxy_control = out / "proxy.control"
         self.sink_url = f"http://{CLIENT_IP}:{SINK_PORT}"
+
+    def auth_headers(self) -> dict[str, str]:
+        """The admin token, for the harness's own API clients."""
+        return {"Authorization": f"Bearer {self.admin_token}"}
 
     def clock_file(self, nid: str) -> Path:
         return self.out / "clock" / f"{nid}.offset"
@@ -139,6 +154,7 @@ class Processes:
             env = dict(os.environ)
             env["CHAOS_WORKER"] = wid
             env["CHAOS_SINK"] = self.sink_url
+            env["RAFTCRON_TOKEN"] = self.worker_token
             proc = subprocess.Popen(
                 [sys.executable, "-m", "raftcron", "worker", "--server", ",".join(servers),
                  "--id", wid, "--concurrency", "6", "--queues", "default"],

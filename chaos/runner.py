@@ -189,7 +189,7 @@ def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
 def final_reads(procs: Processes, history: History, out: Path) -> None:
     """After the quiet window: digests, cluster views, jobs and every occurrence from each
     node, and each occurrence's attempts (from every node that answers)."""
-    http = httpx.Client(timeout=10)
+    http = httpx.Client(timeout=10, headers=procs.auth_headers())
     # Let the followers reach the leader's applied index before comparing digests.
     digests: dict[str, Any] = {}
     deadline = time.monotonic() + 20

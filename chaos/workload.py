@@ -95,7 +95,8 @@ class Client:
         self.procs = procs
         self.history = history
         self.rng = rng
-        self.http = httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0))
+        self.http = httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0),
+                                 headers=procs.auth_headers())
 
     def request(self, f: str, method: str, path: str, *, body: Any = None,
                 headers: dict[str, str] | None = None, node: str | None = None,

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
+TOKEN_HELP = "bearer token (default: $RAFTCRON_TOKEN)"
 
 
 class UsageError(Exception):
@@ -65,21 +66,60 @@ def _setup_logging(level: str, json_logs: bool = False) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    from raftcron.auth import AuthError, TokenStore
     from raftcron.config import ConfigError, load_config
     from raftcron.node import run_node
 
     _setup_logging(args.log_level)
+
+    def path(value: str | None) -> str | None:  # flags are relative to the working directory
+        return os.path.abspath(value) if value else None
+
     overrides = {"node_id": args.id, "http_port": args.http_port, "raft_addr": args.raft_addr,
                  "data_dir": args.data_dir, "secret_file": args.secret_file,
                  "webhooks": args.webhook, "webhook_secret_file": args.webhook_secret_file,
-                 "watchdog_url": args.watchdog_url}
+                 "watchdog_url": args.watchdog_url, "tokens_file": path(args.tokens_file),
+                 "tls_cert": path(args.tls_cert), "tls_key": path(args.tls_key)}
     try:
         config = load_config(args.config, overrides)
         config.read_secret()
         config.read_webhook_secret()
-    except ConfigError as e:
+        config.check_tls_files()
+        if config.tokens_file is not None:
+            if not os.path.isfile(config.tokens_file):
+                raise ConfigError(f"tokens file {config.tokens_file!r} does not exist: create "
+                                  f"one with `raftcron token create --scope admin "
+                                  f"--config {args.config}`")
+            TokenStore(config.tokens_file)
+    except (ConfigError, AuthError) as e:
         return _fail(str(e))
     run_node(config)
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from raftcron.auth import AuthError, create_token, validate_scopes
+    from raftcron.config import ConfigError, load_config
+
+    try:
+        validate_scopes(args.scope or [])
+        if args.tokens_file:
+            path = args.tokens_file
+        else:
+            config = load_config(args.config)
+            if config.tokens_file is None:
+                raise ConfigError(f"config {args.config!r} has auth = \"off\": it uses no "
+                                  "tokens file")
+            path = config.tokens_file
+        if args.name is not None and not (1 <= len(args.name) <= 64
+                                          and args.name.isprintable()):
+            raise AuthError("--name must be 1-64 printable characters")
+        token = create_token(path, args.scope, args.name or "")
+    except (AuthError, ConfigError, OSError) as e:
+        return _fail(str(e))
+    print(token)
+    print(f"raftcron: token with scopes {' '.join(args.scope)} added to {path}; it is shown "
+          "only now (nodes pick it up without a restart)", file=sys.stderr)
     return 0
 
 
@@ -100,7 +140,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
-    return worker_main(servers, queues, args.concurrency, worker_id)
+    return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None)
 
 
 # --- API clients -------------------------------------------------------------------------------
@@ -108,7 +148,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from raftcron.client import Client
 
-    return Client([s for s in args.server.split(",") if s])
+    return Client([s for s in args.server.split(",") if s], token=args.token or None)
 
 
 def _print(args: argparse.Namespace, data: Any, table: list[tuple[str, ...]] | None = None,
@@ -301,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HMAC key for X-Raftcron-Signature (default: the cluster secret)")
     np_.add_argument("--watchdog-url", metavar="URL",
                      help="the leader pings this URL after ticks (at most every 5 s)")
+    np_.add_argument("--tokens-file", help="bearer tokens (overrides config tokens_file)")
+    np_.add_argument("--tls-cert", help="serve the API over HTTPS with this certificate (PEM)")
+    np_.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
     np_.add_argument("--log-level", default="INFO")
     np_.set_defaults(func=cmd_node)
 
@@ -316,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--queues", default="default")
     wp.add_argument("--concurrency", type=int, default=4)
     wp.add_argument("--id")
+    wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
     wp.add_argument("--log-level", default="INFO")
     wp.set_defaults(func=cmd_worker)
 
@@ -324,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("add", "list", "show", "edit", "pause", "resume", "trigger", "rm", "backfill"):
         a = jsub.add_parser(name)
         a.add_argument("--server", default=DEFAULT_SERVER)
+        a.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
         a.add_argument("--json", action="store_true")
         if name != "list":
             a.add_argument("job_id")
@@ -352,8 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="cluster status")
     st.add_argument("--server", default=DEFAULT_SERVER)
+    st.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
+
+    tp = sub.add_parser("token", help="manage API bearer tokens")
+    tsub = tp.add_subparsers(dest="token_command", required=True, parser_class=_Parser)
+    tc = tsub.add_parser("create", help="add a token to a tokens file and print it once")
+    tc.add_argument("--scope", action="append", required=True,
+                    help="admin, read, worker[:q1,q2] or tenant:<name> (repeatable)")
+    tc.add_argument("--name", help="a label for the token (shown in 403 messages)")
+    where = tc.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tokens-file", help="the tokens file to add to")
+    where.add_argument("--config", help="a node config: add to its tokens_file")
+    tc.set_defaults(func=cmd_token_create)
     return p
 
 

@@ -19,9 +19,11 @@ class ApiError(Exception):
 
 
 class Client:
-    def __init__(self, servers: list[str], timeout: float = 15.0) -> None:
+    def __init__(self, servers: list[str], timeout: float = 15.0, token: str | None = None
+                 ) -> None:
         self.servers = [s.rstrip("/") for s in servers]
-        self.http = httpx.Client(timeout=timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(timeout=timeout, headers=headers)
 
     def request(self, method: str, path: str, *, json: Any = None,
                 params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
@@ -50,7 +52,12 @@ class Client:
     def _error(resp: httpx.Response) -> ApiError:
         try:
             err = resp.json()["error"]
-            return ApiError(resp.status_code, err.get("code", ""), err.get("message", ""),
-                            err.get("field"))
+            message = str(err.get("message", ""))
+            if resp.status_code == 401:
+                message += "; pass --token or set RAFTCRON_TOKEN"
+            return ApiError(resp.status_code, err.get("code", ""), message, err.get("field"))
         except (ValueError, KeyError, TypeError):
             return ApiError(resp.status_code, "http_error", resp.text[:200])
+
+    def close(self) -> None:
+        self.http.close()

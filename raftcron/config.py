@@ -37,10 +37,35 @@ class NodeConfig:
     watchdog_method: str = "GET"
     watchdog_interval_s: float = 5.0
     tick_stale_s: float = 10.0
+    # API authentication: bearer tokens from `tokens_file`; `auth_off` only when the config
+    # says `auth = "off"` explicitly. Neither set (a hand-built config): every request is
+    # refused.
+    tokens_file: str | None = None
+    auth_off: bool = False
+    # HTTPS for the API (both or neither).
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.http_host}:{self.http_port}"
+        scheme = "https" if self.tls_cert else "http"
+        return f"{scheme}://{self.http_host}:{self.http_port}"
+
+    def server_ssl_options(self) -> dict[str, str]:
+        """Keyword arguments for `uvicorn.Config` (empty without TLS)."""
+        if not self.tls_cert or not self.tls_key:
+            return {}
+        return {"ssl_certfile": self.tls_cert, "ssl_keyfile": self.tls_key}
+
+    def check_tls_files(self) -> None:
+        for key, path in (("tls_cert", self.tls_cert), ("tls_key", self.tls_key)):
+            if path is None:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+            except OSError as e:
+                raise ConfigError(f"cannot read {key} {path!r}: {e.strerror}") from None
 
     @property
     def db_path(self) -> str:
@@ -96,6 +121,25 @@ def _need(data: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def _auth(data: dict[str, Any]) -> tuple[str | None, bool]:
+    """`tokens_file`, or an explicit `auth = "off"`: a node never runs open by omission."""
+    mode = data.get("auth", "tokens")
+    if mode not in ("tokens", "off"):
+        raise ConfigError("config 'auth' must be \"tokens\" or \"off\"")
+    tokens_file = data.get("tokens_file")
+    if tokens_file is not None and (not isinstance(tokens_file, str) or not tokens_file):
+        raise ConfigError("config 'tokens_file' must be a file path")
+    if mode == "off":
+        if tokens_file:
+            raise ConfigError("config sets both 'tokens_file' and auth = \"off\": remove one")
+        return None, True
+    if not tokens_file:
+        raise ConfigError("config is missing 'tokens_file': the API needs bearer tokens "
+                          "(raftcron token create --scope admin --tokens-file tokens.json), "
+                          "or set auth = \"off\" to run without authentication")
+    return tokens_file, False
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -126,6 +170,13 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("config is missing 'secret_file': a cluster secret is mandatory "
                           "(Raft messages are pickles; without it anyone reaching the port "
                           "could run code on the node)")
+    tokens_file, auth_off = _auth(data)
+    tls_cert, tls_key = data.get("tls_cert"), data.get("tls_key")
+    for key, value in (("tls_cert", tls_cert), ("tls_key", tls_key)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"config {key!r} must be a file path")
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigError("config needs both 'tls_cert' and 'tls_key' (or neither)")
     peers = []
     for p in data.get("peers", []):
         if not isinstance(p, dict):
@@ -148,4 +199,8 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         watchdog_method=method,
         watchdog_interval_s=_number(data, "watchdog_interval_s", 5.0),
         tick_stale_s=_number(data, "tick_stale_s", 10.0),
+        tokens_file=rel(tokens_file) if tokens_file else None,
+        auth_off=auth_off,
+        tls_cert=rel(tls_cert) if tls_cert else None,
+        tls_key=rel(tls_key) if tls_key else None,
     )

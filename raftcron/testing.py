@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from raftcron.local import write_cluster_configs
+from raftcron.local import local_tokens, write_cluster_configs
 
 
 def free_port_base(count: int, span: int = 200) -> int:
@@ -52,19 +52,34 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
 
 
 class LocalCluster:
-    """Three (or N) `raftcron node` processes with real SQLite files under `root`."""
+    """Three (or N) `raftcron node` processes with real SQLite files under `root`.
+
+    The nodes share `root/tokens.json` with an admin and a worker token: `http` sends the
+    admin token, workers started here get the worker token."""
 
     def __init__(self, root: Path, nodes: int = 3, port_base: int | None = None) -> None:
         self.root = root
         self.n = nodes
         self.port_base = port_base or free_port_base(nodes)
         self.configs = write_cluster_configs(root, nodes, self.port_base)
+        self.tokens_file = root / "tokens.json"
+        self.admin_token, self.worker_token = local_tokens(root)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
         self.urls = {nid: f"http://127.0.0.1:{self.port_base + i}"
                      for i, nid in enumerate(self.ids)}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.http = httpx.Client(timeout=10)
+        self.http = httpx.Client(timeout=10, headers=self.auth_headers())
         self.workers: list[subprocess.Popen[bytes]] = []
+
+    def auth_headers(self, token: str | None = None) -> dict[str, str]:
+        """`Authorization` for `token` (default: the admin token)."""
+        return {"Authorization": f"Bearer {token or self.admin_token}"}
+
+    def create_token(self, *scopes: str, name: str = "") -> str:
+        """Add a token to the shared tokens file (nodes pick it up without a restart)."""
+        from raftcron.auth import create_token
+
+        return create_token(str(self.tokens_file), list(scopes), name)
 
     # --- processes ---
     def start(self, nid: str | None = None) -> None:
@@ -78,13 +93,15 @@ class LocalCluster:
             )
 
     def start_worker(self, worker_id: str, concurrency: int = 4,
-                     queues: str = "default") -> subprocess.Popen[bytes]:
+                     queues: str = "default", token: str | None = None
+                     ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"worker-{worker_id}.log", "ab")
+        env = {**os.environ, "RAFTCRON_TOKEN": token or self.worker_token}
         proc = subprocess.Popen(
             [sys.executable, "-m", "raftcron", "worker", "--server",
              ",".join(self.urls.values()), "--id", worker_id, "--concurrency",
              str(concurrency), "--queues", queues],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         self.workers.append(proc)
         return proc

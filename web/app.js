@@ -1,5 +1,7 @@
 // The status page: polls the API of whichever node served it (relative URLs, so any node
 // works); actions go through the same API. No build step, no dependencies.
+// Every API call carries the bearer token the user entered in the token form; the token is
+// kept in sessionStorage (this tab only, gone when it closes).
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -9,6 +11,41 @@ const SYMBOL = {
   succeeded: "✓", failed: "✗", running: "▶", pending: "…", skipped: "↷", cancelled: "⊘",
 };
 const lastRendered = new Map();
+const TOKEN_KEY = "raftcron.token";
+
+function getToken() {
+  try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+}
+
+function setToken(token) {
+  try {
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  } catch (e) { /* storage disabled: the token lasts until reload */ }
+  memoryToken = token;
+}
+
+let memoryToken = getToken();
+let authProblem = null;  // the last 401/403 message shown, so it is not repeated every poll
+let authState = "ok";  // "loading" after a new token, "refused" after a 401 while polling
+
+function showAuth(text, isError) {
+  const box = $("#auth-message");
+  if (box.textContent !== text) box.textContent = text;
+  box.className = isError ? "auth-message auth-error" : "auth-message";
+}
+
+function authFailed(status, message) {
+  const text = status === 401
+    ? `The API refused the token (401 unauthorized): ${message}. Enter a valid token.`
+    : `This token is not allowed to do that (403 forbidden): ${message}.`;
+  if (status === 401) authState = "refused";
+  if (authProblem !== text) {
+    authProblem = text;
+    showAuth(text, true);
+    if (status === 401) $("#token-input").focus();
+  }
+}
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -75,13 +112,14 @@ function fillRows(tbody, rows, empty) {
 }
 
 async function api(path, options = {}) {
-  const resp = await fetch(path, {
-    ...options, headers: { "content-type": "application/json", ...(options.headers || {}) },
-  });
+  const headers = { "content-type": "application/json", ...(options.headers || {}) };
+  if (memoryToken) headers.Authorization = `Bearer ${memoryToken}`;
+  const resp = await fetch(path, { ...options, headers });
   let body = null;
   try { body = await resp.json(); } catch (e) { body = null; }
   if (!resp.ok) {
     const msg = body && body.error ? body.error.message : resp.statusText;
+    if (resp.status === 401 || resp.status === 403) authFailed(resp.status, msg);
     const err = new Error(msg);
     err.status = resp.status;
     err.body = body;
@@ -282,6 +320,10 @@ async function readyz() {
 }
 
 async function refresh() {
+  if (!memoryToken) {
+    $("#summary").textContent = "Enter an API token to see the cluster.";
+    return;
+  }
   const results = await Promise.allSettled([
     readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
     api("/v1/alerts?status=resolved&limit=10"), api("/v1/status/jobs"),
@@ -308,12 +350,20 @@ async function refresh() {
   }
   if (running) render("running", running.attempts, $("#running tbody"), renderRunning);
   if (workers) render("workers", workers.workers, $("#workers tbody"), renderWorkers);
+  // A refused or new token that now works: say so (a 403 from an action stays visible).
+  if (!failed.some((r) => r.reason && (r.reason.status === 401 || r.reason.status === 403))
+      && authState !== "ok") {
+    authState = "ok";
+    authProblem = null;
+    showAuth("Using the token saved for this browser tab.", false);
+  }
   $("#updated").textContent = failed.length
     ? `Update at ${new Date().toLocaleTimeString()} incomplete: ${failed[0].reason.message}`
     : `Updated ${new Date().toLocaleTimeString()} (every ${POLL_MS / 1000} s)`;
 }
 
 async function refreshHerd() {
+  if (!memoryToken) return;
   try {
     render("herd", await api("/v1/schedule/herd?hours=24&bucket_s=60"), $("#herd"), renderHerd);
   } catch (e) {
@@ -326,6 +376,36 @@ async function loop() {
   setTimeout(loop, POLL_MS);
 }
 
+function setupTokenForm() {
+  const form = $("#token-form");
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("#token-input").value.trim();
+    if (!value) {
+      showAuth("Enter a token first.", true);
+      $("#token-input").focus();
+      return;
+    }
+    setToken(value);
+    $("#token-input").value = "";
+    authProblem = null;
+    authState = "loading";
+    showAuth("Token saved for this browser tab; loading…", false);
+    lastRendered.clear();
+    refresh().catch(() => {});
+    refreshHerd();
+  });
+  $("#token-forget").addEventListener("click", () => {
+    setToken("");
+    authProblem = null;
+    showAuth("Token forgotten. Enter a token to see the cluster.", false);
+    $("#token-input").focus();
+  });
+  if (memoryToken) showAuth("Using the token saved for this browser tab.", false);
+  else showAuth("This cluster needs an API token (a read, tenant or admin token).", false);
+}
+
+setupTokenForm();
 loop();
 refreshHerd();
 setInterval(refreshHerd, HERD_MS);

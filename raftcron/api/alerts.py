@@ -7,6 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.auth import tenant_clause
 from raftcron.api.jobs import MAX_PAGE, ctx_of
 from raftcron.api.status import int_param
 from raftcron.core.errors import ValidationError
@@ -44,6 +45,10 @@ async def list_alerts(request: Request) -> JSONResponse:
             raise ValidationError("job_id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
         where.append("job_id = ?")
         params.append(job_id)
+    clause, extra = tenant_clause(request)
+    if clause:
+        where.append(f"job_id IN (SELECT id FROM jobs WHERE {clause})")
+        params += extra
     cursor = request.query_params.get("cursor")
     if cursor:
         ms, aid = _cursor(cursor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,18 +13,21 @@ from typing import TYPE_CHECKING
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from raftcron.api import alerts, cluster, jobs, metrics, occurrences, status, workers
+from raftcron.api import alerts, cluster, jobs, metrics, occurrences, status, tenants, workers
+from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
 from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
 from raftcron.api.openapi import openapi_spec
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
+    from raftcron.config import NodeConfig
     from raftcron.node import Node
 
 log = logging.getLogger("raftcron.api")
@@ -67,6 +71,9 @@ ROUTES = [
     Route("/v1/jobs/{job_id}/resume", jobs.resume_job, methods=["POST"]),
     Route("/v1/jobs/{job_id}/trigger", jobs.trigger_job, methods=["POST"]),
     Route("/v1/jobs/{job_id}/backfill", jobs.backfill_job, methods=["POST"]),
+    Route("/v1/tenants", tenants.list_tenants, methods=["GET"]),
+    Route("/v1/tenants/{name}", tenants.get_tenant, methods=["GET"]),
+    Route("/v1/tenants/{name}", tenants.put_tenant, methods=["PUT"]),
     Route("/v1/occurrences", occurrences.list_occurrences, methods=["GET"]),
     Route("/v1/occurrences/{occurrence_id:path}", occurrences.get_occurrence, methods=["GET"]),
     Route("/v1/leases", workers.leases, methods=["POST"]),
@@ -82,7 +89,7 @@ if WEB_DIR.is_dir():
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPError)
-    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers, exc.extra)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -101,13 +108,33 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error")
 
 
+def _peer_tls(config: NodeConfig) -> ssl.SSLContext | bool:
+    """Peers are trusted through the system CAs and, with TLS on, this node's own
+    certificate (a cluster may share one self-signed certificate)."""
+    if not config.tls_cert:
+        return True
+    context = ssl.create_default_context()
+    try:
+        context.load_verify_locations(config.tls_cert)
+    except (OSError, ssl.SSLError):
+        log.warning("cannot add %s to the trusted certificates", config.tls_cert)
+    return context
+
+
 def create_app(node: Node) -> Starlette:
+    """The API of one node. Raises `raftcron.auth.AuthError` for an unusable tokens file."""
     ctx = ApiContext(node)
+    config = node.config
+    secret = config.read_secret()
+    authenticator = Authenticator(config.tokens_file, config.auth_off, secret)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await ctx.open()
-        app.state.http = httpx.AsyncClient()
+        # Calls to other nodes (their /v1/cluster) carry the node token; forwarded requests
+        # set the caller's own Authorization header instead.
+        app.state.http = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {node_token(secret)}"}, verify=_peer_tls(config))
         try:
             yield
         finally:
@@ -117,6 +144,7 @@ def create_app(node: Node) -> Starlette:
     app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
+        middleware=[Middleware(AuthMiddleware, authenticator=authenticator)],
         exception_handlers={
             HTTPError: _http_error,
             ValidationError: _validation_error,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -30,27 +31,41 @@ REJECTION_STATUS = {
 
 class HTTPError(Exception):
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.headers = headers or {}
+        self.extra = extra or {}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: dict[str, str] | None = None,
+                   extra: dict[str, Any] | None = None) -> JSONResponse:
     err: dict[str, Any] = {"code": code, "message": message}
     if field:
         err["field"] = field
+    err.update(extra or {})
     return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
 def rejection_error(result: dict[str, Any]) -> HTTPError:
     code = result.get("rejected", "rejected")
-    return HTTPError(REJECTION_STATUS.get(code, 409), code, result.get("message", code),
-                     result.get("field"))
+    message = result.get("message", code)
+    extra: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    quota = result.get("quota")
+    if isinstance(quota, str):
+        extra["quota"] = quota
+        if quota not in message:
+            message = f"{message} (quota {quota})"
+    if code == errors.RATE_LIMITED:
+        headers["Retry-After"] = str(max(1, 60 - int(time.time()) % 60))
+    return HTTPError(REJECTION_STATUS.get(code, 409), code, message, result.get("field"),
+                     headers, extra)
 
 
 async def json_body(request: Request, *, required: bool = True) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
 from raftcron.api.context import ApiContext, now_ms, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
@@ -40,11 +41,35 @@ def page_limit(request: Request, default: int = 100) -> int:
     return int(raw)
 
 
+def _no_job(job_id: str) -> HTTPError:
+    return HTTPError(404, "not_found", f"job {job_id!r} does not exist", "id")
+
+
 async def load_job_row(ctx: ApiContext, job_id: str) -> tuple:
     row = await ctx.fetchone(f"{JOB_SELECT} WHERE id = ?", (job_id,))
     if row is None:
-        raise HTTPError(404, "not_found", f"job {job_id!r} does not exist", "id")
+        raise _no_job(job_id)
     return row
+
+
+async def visible_job_row(request: Request, ctx: ApiContext, job_id: str) -> tuple:
+    """The job's row, or 404 when it does not exist or the caller may not see it."""
+    row = await load_job_row(ctx, job_id)
+    if not can_see(request, row[1]):
+        raise _no_job(job_id)
+    return row
+
+
+async def guard_job_write(request: Request, ctx: ApiContext, job_id: str) -> None:
+    """A write to a stored job needs admin or the job's tenant. Non-admins are checked
+    against the committed state (a barrier first if this node has not seen the job)."""
+    if principal_of(request).admin:
+        return
+    row = await ctx.fetchone(f"{JOB_SELECT} WHERE id = ?", (job_id,))
+    if row is None:
+        await ctx.barrier()
+        row = await load_job_row(ctx, job_id)
+    require_tenant_write(request, row[1])
 
 
 def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> list[dict]:
@@ -67,8 +92,10 @@ def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> lis
     return out
 
 
-async def job_detail(ctx: ApiContext, job_id: str) -> dict[str, Any]:
-    row = await load_job_row(ctx, job_id)
+async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = None
+                     ) -> dict[str, Any]:
+    row = (await visible_job_row(request, ctx, job_id) if request is not None
+           else await load_job_row(ctx, job_id))
     out = job_to_api(row)
     out["next_fire_times"] = next_fire_times(out, row)
     latest = await ctx.fetchone(
@@ -82,6 +109,7 @@ async def job_detail(ctx: ApiContext, job_id: str) -> dict[str, Any]:
 async def create_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job = parse_job(await json_body(request))
+    require_tenant_write(request, job.tenant)
     await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True))
     return JSONResponse(await job_detail(ctx, job.id), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
@@ -96,6 +124,10 @@ async def list_jobs(request: Request) -> JSONResponse:
     if tenant is not None:
         where.append("tenant = ?")
         params.append(tenant)
+    clause, extra = tenant_clause(request)
+    if clause:
+        where.append(clause)
+        params += extra
     paused = request.query_params.get("paused")
     if paused is not None:
         if paused not in ("true", "false"):
@@ -114,7 +146,7 @@ async def list_jobs(request: Request) -> JSONResponse:
 async def get_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
-    detail = await job_detail(ctx, path_job_id(request))
+    detail = await job_detail(ctx, path_job_id(request), request)
     return JSONResponse(detail, headers={"ETag": f'"{detail["version"]}"'})
 
 
@@ -133,6 +165,8 @@ async def put_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     body = await json_body(request)
     job = parse_job(body, job_id=job_id)
+    require_tenant_write(request, job.tenant)
+    await guard_job_write(request, ctx, job_id)
     if isinstance(body, dict) and "paused" not in body:
         await ctx.barrier()
         current = await load_job_row(ctx, job_id)
@@ -148,6 +182,7 @@ async def put_job(request: Request) -> JSONResponse:
 async def delete_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
+    await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request)))
     return JSONResponse({"deleted": job_id})
 
@@ -155,6 +190,7 @@ async def delete_job(request: Request) -> JSONResponse:
 async def pause_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
+    await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id))
     return JSONResponse(await job_detail(ctx, job_id))
 
@@ -162,6 +198,7 @@ async def pause_job(request: Request) -> JSONResponse:
 async def resume_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
+    await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id))
     return JSONResponse(await job_detail(ctx, job_id))
 
@@ -176,6 +213,7 @@ async def occurrence_by_id(ctx: ApiContext, occ_id: str) -> dict[str, Any]:
 async def trigger_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
+    await guard_job_write(request, ctx, job_id)
     body = await json_body(request, required=False)
     if not isinstance(body, dict):
         raise ValidationError("body", "must be a JSON object")
@@ -196,6 +234,7 @@ async def trigger_job(request: Request) -> JSONResponse:
 async def backfill_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
+    await guard_job_write(request, ctx, job_id)
     body = await json_body(request)
     if not isinstance(body, dict):
         raise ValidationError("body", "must be a JSON object")

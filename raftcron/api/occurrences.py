@@ -5,6 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.auth import can_see, tenant_clause
+from raftcron.api.errors import HTTPError
 from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
 from raftcron.core.errors import ValidationError
 from raftcron.core.timefmt import parse_iso_ms
@@ -47,6 +49,10 @@ async def list_occurrences(request: Request) -> JSONResponse:
     if "until" in q:
         where.append("scheduled_for_ms <= ?")
         params.append(parse_iso_ms(q["until"], "until"))
+    clause, extra = tenant_clause(request)
+    if clause:
+        where.append(clause)
+        params += extra
     if "cursor" in q:
         ms, occ_id = _cursor(q["cursor"])
         where.append("(scheduled_for_ms < ? OR (scheduled_for_ms = ? AND id < ?))")
@@ -67,6 +73,8 @@ async def get_occurrence(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     occ = await occurrence_by_id(ctx, request.path_params["occurrence_id"])
+    if not can_see(request, occ["tenant"]):
+        raise HTTPError(404, "not_found", f"occurrence {occ['id']!r} does not exist", "id")
     rows = await ctx.fetchall(f"{ATT_SELECT} WHERE occurrence_id = ? ORDER BY number",
                               (occ["id"],))
     occ["attempt_list"] = [attempt_to_api(r) for r in rows]

@@ -42,6 +42,16 @@ JOB_INPUT: dict[str, Any] = {
 }
 
 
+QUOTA = {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000}
+TENANT_INPUT: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "description": "Quotas of one tenant; a missing or null quota is unlimited",
+    "properties": {"max_jobs": QUOTA, "max_concurrent_runs": QUOTA,
+                   "max_fires_per_minute": QUOTA},
+}
+AUTH_ERRORS = (401, 403)
+
+
 def _op(summary: str, *, body: dict | None = None, ok: int = 200,
         params: list[dict] | None = None, errors: tuple[int, ...] = (400, 503)) -> dict:
     op: dict[str, Any] = {
@@ -49,7 +59,7 @@ def _op(summary: str, *, body: dict | None = None, ok: int = 200,
         "responses": {str(ok): {"description": "OK", "content": {
             "application/json": {"schema": JSON_OBJ}}}},
     }
-    for status in errors:
+    for status in (*errors, *AUTH_ERRORS):
         op["responses"][str(status)] = {"description": "error", "content": {
             "application/json": {"schema": ERROR}}}
     if body is not None:
@@ -76,10 +86,24 @@ PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": 
 
 
 def openapi_spec() -> dict[str, Any]:
+    spec = _spec()
+    for path in ("/healthz", "/readyz"):  # open: no token needed
+        for op in spec["paths"][path].values():
+            op["security"] = []
+            for status in AUTH_ERRORS:
+                op["responses"].pop(str(status), None)
+    return spec
+
+
+def _spec() -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {"title": "raftcron", "version": "1"},
-        "components": {"schemas": {"Error": {"type": "object", "properties": {"error": {
+        "security": [{"bearer": []}],
+        "components": {"securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "Scopes: admin, read, tenant:<name>, worker[:<queues>]"}},
+            "schemas": {"Error": {"type": "object", "properties": {"error": {
             "type": "object", "properties": {"code": {"type": "string"},
                                              "message": {"type": "string"},
                                              "field": {"type": "string"}}}}}}},
@@ -129,13 +153,22 @@ def openapi_spec() -> dict[str, Any]:
             "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB, errors=(400, 404))},
             "/v1/jobs/{job_id}/trigger": {"post": _op(
                 "Run now (Idempotency-Key header dedupes)", ok=202, params=JOB,
-                errors=(400, 404, 503))},
+                errors=(400, 404, 429, 503))},
             "/v1/jobs/{job_id}/backfill": {"post": _op(
                 "Create occurrences for the nominal instants in a range", ok=202, params=JOB,
                 body={"type": "object", "required": ["start", "end"], "properties": {
                     "start": {"type": "string", "format": "date-time"},
                     "end": {"type": "string", "format": "date-time"}}},
                 errors=(400, 404, 503))},
+            "/v1/tenants": {"get": _op("Tenants with quotas (a tenant token sees its own)",
+                                       params=[_query("consistent", {"type": "boolean"})],
+                                       errors=())},
+            "/v1/tenants/{name}": {
+                "get": _op("One tenant's quotas", params=[_path_param("name")],
+                           errors=(400, 404)),
+                "put": _op("Set a tenant's quotas (admin)", body=TENANT_INPUT,
+                           params=[_path_param("name")], errors=(400, 413, 503)),
+            },
             "/v1/occurrences": {"get": _op("List occurrences", params=[
                 _query("job_id"), _query("status"), _query("kind"), _query("since"),
                 _query("until"), _query("cursor"), _query("limit", {"type": "integer"})])},

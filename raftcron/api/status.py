@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.auth import tenant_clause, visible_tenants
 from raftcron.api.jobs import MAX_PAGE, ctx_of, next_fire_times
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
@@ -36,7 +37,9 @@ async def jobs_overview(request: Request) -> JSONResponse:
     and a timeline of its most recent occurrences."""
     ctx = ctx_of(request)
     per_job = int_param(request, "timeline", 30, 1, TIMELINE_MAX)
-    rows = await ctx.fetchall(f"{JOB_SELECT} ORDER BY id LIMIT ?", (MAX_JOBS + 1,))
+    clause, params = tenant_clause(request)
+    rows = await ctx.fetchall(f"{JOB_SELECT}{f' WHERE {clause}' if clause else ''} "
+                              "ORDER BY id LIMIT ?", (*params, MAX_JOBS + 1))
     out = []
     for row in rows[:MAX_JOBS]:
         job = job_to_api(row)
@@ -66,10 +69,12 @@ async def list_attempts(request: Request) -> JSONResponse:
     if status not in ("running", "pending"):
         raise ValidationError("status", "must be running or pending")
     limit = int_param(request, "limit", 100, 1, MAX_PAGE)
+    clause, params = tenant_clause(request)
     rows = await ctx.fetchall(
         "SELECT id, occurrence_id, job_id, number, worker_id, fencing_token, leased_ms, "
         "heartbeat_ms, lease_expires_ms, not_before_ms FROM attempts WHERE status = ? "
-        "ORDER BY coalesce(leased_ms, not_before_ms), id LIMIT ?", (status, limit))
+        f"{f'AND {clause} ' if clause else ''}"
+        "ORDER BY coalesce(leased_ms, not_before_ms), id LIMIT ?", (status, *params, limit))
     now = int(time.time() * 1000)
     return JSONResponse({"attempts": [{
         "id": r[0], "occurrence_id": r[1], "job_id": r[2], "number": r[3], "status": status,
@@ -83,12 +88,14 @@ async def list_attempts(request: Request) -> JSONResponse:
 async def list_workers(request: Request) -> JSONResponse:
     """Workers as the attempts they held show them (there is no worker registry)."""
     ctx = ctx_of(request)
+    clause, params = tenant_clause(request)
     rows = await ctx.fetchall(
         "SELECT worker_id, max(max(coalesce(heartbeat_ms, 0), coalesce(leased_ms, 0), "
         "coalesce(finished_ms, 0))), count(*), sum(status = 'running'), "
         "sum(status = 'succeeded'), sum(status IN ('failed', 'lost', 'timed_out')) "
-        "FROM attempts WHERE worker_id IS NOT NULL GROUP BY worker_id "
-        "ORDER BY 2 DESC LIMIT 500")
+        "FROM attempts WHERE worker_id IS NOT NULL "
+        f"{f'AND {clause} ' if clause else ''}GROUP BY worker_id "
+        "ORDER BY 2 DESC LIMIT 500", params)
     now = int(time.time() * 1000)
     return JSONResponse({"workers": [{
         "worker_id": r[0], "last_seen": ms_to_iso(r[1] or None),
@@ -150,16 +157,22 @@ async def herd(request: Request) -> JSONResponse:
     bucket_s = int_param(request, "bucket_s", 60, 60, 86400)
     if (hours * 3600) // bucket_s > 10_080:
         raise ValidationError("bucket_s", "too many buckets: use a larger bucket")
-    cache: dict[tuple[int, int], tuple[float, dict[str, Any]]] | None = getattr(
+    cache: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] | None = getattr(
         request.app.state, "herd_cache", None)
     if cache is None:
         cache = request.app.state.herd_cache = {}
-    hit = cache.get((hours, bucket_s))
+    tenants = visible_tenants(request)
+    key = (hours, bucket_s, None if tenants is None else tuple(sorted(tenants)))
+    if len(cache) > 256:
+        cache.clear()
+    hit = cache.get(key)
     if hit and time.monotonic() - hit[0] < HERD_CACHE_S:
         return JSONResponse(hit[1])
+    clause, params = tenant_clause(request)
     specs = [r[0] for r in await ctx.fetchall(
-        "SELECT spec FROM jobs WHERE paused = 0 ORDER BY id")]
+        f"SELECT spec FROM jobs WHERE paused = 0 {f'AND {clause} ' if clause else ''}"
+        "ORDER BY id", params)]
     start = (int(time.time()) // 60 + 1) * 60 * 1000
     result = await asyncio.to_thread(compute_herd, specs, start, hours, bucket_s)
-    cache[(hours, bucket_s)] = (time.monotonic(), result)
+    cache[key] = (time.monotonic(), result)
     return JSONResponse(result)

@@ -8,6 +8,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from raftcron.api.auth import principal_of
 from raftcron.api.context import ApiContext, now_ms
 from raftcron.api.errors import HTTPError, json_body, rejection_error
 from raftcron.api.jobs import ctx_of
@@ -75,6 +76,11 @@ async def leases(request: Request) -> Response:
     if (not isinstance(queues, list) or not 1 <= len(queues) <= 50
             or not all(isinstance(q, str) and NAME_RE.match(q) for q in queues)):
         raise ValidationError("queues", "must be a list of 1-50 queue names")
+    principal = principal_of(request)
+    if not principal.allowed_queues(queues):
+        allowed = ", ".join(sorted(principal.worker_queues or ()))
+        raise HTTPError(403, "forbidden", f"token {principal.name!r} may only lease from "
+                        f"queues {allowed}", "queues")
     max_n = body.get("max", 1)
     if isinstance(max_n, bool) or not isinstance(max_n, int) or not 1 <= max_n <= MAX_BATCH:
         raise ValidationError("max", f"must be an integer from 1 to {MAX_BATCH}")

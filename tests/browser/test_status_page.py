@@ -13,6 +13,13 @@ from tests.system.helpers import add_job
 pytestmark = pytest.mark.system
 
 
+def open_page(page: Any, url: str, token: str) -> None:
+    """Load the page and give it the token through its form, by keyboard."""
+    page.goto(url)
+    page.get_by_label("API token").fill(token)
+    page.get_by_label("API token").press("Enter")
+
+
 def job(c: LocalCluster, nid: str, job_id: str) -> dict[str, Any]:
     return c.get(nid, f"/v1/jobs/{job_id}")
 
@@ -42,7 +49,7 @@ def test_page_actions_live_updates_and_accessibility(cluster: LocalCluster, brow
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         # Served by a follower: reads are local, actions are forwarded to the leader.
-        page.goto(c.urls[follower] + "/")
+        open_page(page, c.urls[follower] + "/", c.admin_token)
         page.get_by_role("button", name="Pause hourly").wait_for(timeout=15_000)
         assert "hourly" in page.locator("#jobs").inner_text()
         assert "Europe/Berlin" in page.locator("#jobs").inner_text()
@@ -122,15 +129,59 @@ def test_page_works_against_every_node_and_shows_a_lost_node(cluster: LocalClust
     page = browser.new_page()
     try:
         for nid in c.ids:
-            page.goto(c.urls[nid] + "/")
+            open_page(page, c.urls[nid] + "/", c.admin_token)
             page.get_by_role("button", name="Pause tick").wait_for(timeout=15_000)
             page.get_by_text(f"Served by {nid}").wait_for(timeout=10_000)
         victim = next(n for n in c.ids if n != leader)
         c.kill(victim)
-        page.goto(c.urls[leader] + "/")
+        page.goto(c.urls[leader] + "/")  # same tab and origin: the token is kept
         page.get_by_text(f"unreachable over HTTP: {victim}").wait_for(timeout=15_000)
         row = page.locator("#cluster tbody tr", has_text=victim)
         assert "✗ no" in row.inner_text()
         page.screenshot(path=str(screenshots / "status-page-node-down.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_page_asks_for_a_token_and_explains_401_and_403(cluster: LocalCluster, browser: Any,
+                                                         screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    add_job(c, leader, "guarded", cron="0 * * * *")
+    reader = c.create_token("read", name="page-reader")
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(c.urls[leader] + "/")
+        page.get_by_text("Enter an API token to see the cluster.").wait_for(timeout=10_000)
+        assert page.locator("#jobs tbody tr").count() == 0
+
+        # A wrong token: a clear 401 message, focus back in the token field.
+        open_page(page, c.urls[leader] + "/", "rc_wrong")
+        page.get_by_text("refused the token (401 unauthorized)").wait_for(timeout=10_000)
+        assert page.evaluate("document.activeElement.id") == "token-input"
+
+        # A read token, typed and submitted by keyboard: the page loads; actions are 403.
+        page.get_by_label("API token").fill(reader)
+        page.keyboard.press("Enter")
+        page.get_by_role("button", name="Pause guarded").wait_for(timeout=15_000)
+        assert page.locator("#auth-message").inner_text() == (
+            "Using the token saved for this browser tab.")
+        page.get_by_role("button", name="Pause guarded").click()
+        page.get_by_text("not allowed to do that (403 forbidden)").wait_for(timeout=10_000)
+        assert "page-reader" in page.locator("#auth-message").inner_text()
+        assert job(c, leader, "guarded")["paused"] is False
+
+        # Kept for the tab across a reload; "Forget token" drops it.
+        page.reload()
+        page.get_by_role("button", name="Pause guarded").wait_for(timeout=15_000)
+        assert page.evaluate("sessionStorage.getItem('raftcron.token')") == reader
+        page.get_by_role("button", name="Forget token").click()
+        assert page.evaluate("sessionStorage.getItem('raftcron.token')") is None
+        page.reload()
+        page.get_by_text("Enter an API token to see the cluster.").wait_for(timeout=10_000)
+        page.screenshot(path=str(screenshots / "status-page-token.png"))
+        assert not errors, errors
     finally:
         page.close()

@@ -30,7 +30,7 @@ class Api:
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.c = cluster
-        self.http = httpx.Client(timeout=CLIENT_TIMEOUT,
+        self.http = httpx.Client(timeout=CLIENT_TIMEOUT, headers=cluster.auth_headers(),
                                  event_hooks={"response": [_never_500]})
 
     def url(self, nid: str, path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,9 +16,17 @@ from raftcron.testing import LocalCluster, wait_until
 pytestmark = pytest.mark.system
 
 
-def raftcron(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+TOKEN: dict[str, str] = {}
+
+
+def raftcron(*args: str, cwd: Path | None = None, token: str | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    """Runs the CLI with RAFTCRON_TOKEN set to `token` (default: the cluster's admin token)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAFTCRON_TOKEN"}
+    if token or TOKEN.get("admin"):
+        env["RAFTCRON_TOKEN"] = token or TOKEN["admin"]
     return subprocess.run([sys.executable, "-m", "raftcron", *args], capture_output=True,
-                          text=True, timeout=90, cwd=cwd)
+                          text=True, timeout=90, cwd=cwd, env=env)
 
 
 def one_line(stderr: str) -> str:
@@ -31,6 +40,7 @@ def one_line(stderr: str) -> str:
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, str]]:
     """The cluster and the --server value the CLI uses (one follower: read-your-writes)."""
     c = LocalCluster(Path(tmp_path_factory.mktemp("cli")))
+    TOKEN["admin"] = c.admin_token
     c.start()
     try:
         leader = c.wait_leader(timeout=30)
@@ -38,6 +48,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster
         follower = next(n for n in c.ids if n != leader)
         yield c, c.urls[follower]
     finally:
+        TOKEN.clear()
         c.close()
 
 
@@ -203,7 +214,7 @@ def test_node_config_without_secret_file_exits_2(tmp_path: Path) -> None:
 def test_node_config_with_an_unreadable_secret_exits_2(tmp_path: Path) -> None:
     cfg = tmp_path / "n1.toml"
     cfg.write_text('node_id = "n1"\ndata_dir = "n1"\nraft_addr = "127.0.0.1:1"\n'
-                   'http_port = 1\nsecret_file = "missing.secret"\n')
+                   'http_port = 1\nsecret_file = "missing.secret"\ntokens_file = "t.json"\n')
     out = raftcron("node", "--config", str(cfg), cwd=tmp_path)
     assert out.returncode == 2
     assert "secret" in one_line(out.stderr)

@@ -19,7 +19,7 @@ def write(tmp_path: Path, extra: str = "") -> Path:
     (tmp_path / "s").write_text("x" * 32)
     path = tmp_path / "n.toml"
     path.write_text(f'{extra}\nnode_id = "n1"\ndata_dir = "d"\nraft_addr = "127.0.0.1:1"\n'
-                    'http_port = 2\nsecret_file = "s"\n')
+                    'http_port = 2\nsecret_file = "s"\ntokens_file = "t.json"\n')
     return path
 
 

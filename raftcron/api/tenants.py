@@ -1,0 +1,85 @@
+"""/v1/tenants: per-tenant quotas (admin writes; readers see the tenants they may see)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.auth import tenant_clause, visible_tenants
+from raftcron.api.context import now_ms, request_id
+from raftcron.api.errors import HTTPError, json_body
+from raftcron.api.jobs import ctx_of
+from raftcron.core import commands as c
+from raftcron.core.errors import ValidationError
+from raftcron.core.model import NAME_RE
+from raftcron.core.timefmt import ms_to_iso
+
+QUOTAS = ("max_jobs", "max_concurrent_runs", "max_fires_per_minute")
+QUOTA_MAX = 1_000_000
+TENANT_SELECT = ("SELECT name, max_jobs, max_concurrent_runs, max_fires_per_minute, "
+                 "updated_ms FROM tenants")
+
+
+def _name(request: Request) -> str:
+    name = request.path_params["name"]
+    if not NAME_RE.match(name):
+        raise ValidationError("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    return name
+
+
+def _row(r: tuple) -> dict[str, Any]:
+    return {"name": r[0], "max_jobs": r[1], "max_concurrent_runs": r[2],
+            "max_fires_per_minute": r[3], "updated_at": ms_to_iso(r[4])}
+
+
+def parse_quotas(body: Any) -> dict[str, int | None]:
+    if not isinstance(body, dict):
+        raise ValidationError("body", "must be a JSON object")
+    unknown = sorted(set(body) - set(QUOTAS))
+    if unknown:
+        raise ValidationError(unknown[0], f"is not a quota (use {', '.join(QUOTAS)})")
+    out: dict[str, int | None] = {}
+    for key in QUOTAS:
+        value = body.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= QUOTA_MAX):
+            raise ValidationError(key, f"must be an integer from 1 to {QUOTA_MAX} or null")
+        out[key] = value
+    return out
+
+
+async def put_tenant(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    name = _name(request)
+    quotas = parse_quotas(await json_body(request))
+    await ctx.propose(c.PutTenant(request_id(request), now_ms(), name, **quotas))
+    row = await ctx.fetchone(f"{TENANT_SELECT} WHERE name = ?", (name,))
+    if row is None:  # applied on this node before answering; only a race with a restore
+        raise HTTPError(503, "unknown_outcome", "the tenant was saved but cannot be read back",
+                        headers={"Retry-After": "1"})
+    return JSONResponse(_row(row))
+
+
+async def list_tenants(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    clause, params = tenant_clause(request, "name")
+    rows = await ctx.fetchall(
+        f"{TENANT_SELECT}{f' WHERE {clause}' if clause else ''} ORDER BY name LIMIT 10000",
+        params)
+    return JSONResponse({"tenants": [_row(r) for r in rows]})
+
+
+async def get_tenant(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    await ctx.maybe_barrier(request)
+    name = _name(request)
+    tenants = visible_tenants(request)
+    row = None
+    if tenants is None or name in tenants:
+        row = await ctx.fetchone(f"{TENANT_SELECT} WHERE name = ?", (name,))
+    if row is None:
+        raise HTTPError(404, "not_found", f"tenant {name!r} has no quotas set", "name")
+    return JSONResponse(_row(row))

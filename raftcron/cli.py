@@ -79,7 +79,8 @@ def cmd_node(args: argparse.Namespace) -> int:
                  "data_dir": args.data_dir, "secret_file": args.secret_file,
                  "webhooks": args.webhook, "webhook_secret_file": args.webhook_secret_file,
                  "watchdog_url": args.watchdog_url, "tokens_file": path(args.tokens_file),
-                 "tls_cert": path(args.tls_cert), "tls_key": path(args.tls_key)}
+                 "tls_cert": path(args.tls_cert), "tls_key": path(args.tls_key),
+                 "retention": args.retention}
     try:
         config = load_config(args.config, overrides)
         config.read_secret()
@@ -314,6 +315,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="raftcron", description="A distributed cron on three Raft nodes.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from raftcron.cli_ops import register as register_ops
+
+    register_ops(sub)
 
     sp = sub.add_parser("schedule", help="schedule tools")
     ssub = sp.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
@@ -344,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     np_.add_argument("--tokens-file", help="bearer tokens (overrides config tokens_file)")
     np_.add_argument("--tls-cert", help="serve the API over HTTPS with this certificate (PEM)")
     np_.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
+    np_.add_argument("--retention", help="prune finished history older than this "
+                     "(e.g. 7d, 12h, 30m; 'off' keeps it forever; default 7d)")
     np_.add_argument("--log-level", default="INFO")
     np_.set_defaults(func=cmd_node)
 

@@ -45,6 +45,9 @@ class NodeConfig:
     # HTTPS for the API (both or neither).
     tls_cert: str | None = None
     tls_key: str | None = None
+    # Finished history older than this is pruned ("7d", "12h", "off"; None: the default,
+    # $RAFTCRON_RETENTION or 7 days). Validated at load; read by node.retention_of.
+    retention: str | None = None
 
     @property
     def http_url(self) -> str:
@@ -140,6 +143,18 @@ def _auth(data: dict[str, Any]) -> tuple[str | None, bool]:
     return tokens_file, False
 
 
+def _retention(value: Any) -> str | None:
+    from raftcron.leader.retention import parse_duration
+
+    if value is None:
+        return None
+    try:
+        parse_duration(str(value))
+    except ValueError as e:
+        raise ConfigError(f"config 'retention': {e}") from None
+    return str(value)
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -203,4 +218,5 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         auth_off=auth_off,
         tls_cert=rel(tls_cert) if tls_cert else None,
         tls_key=rel(tls_key) if tls_key else None,
+        retention=_retention(data.get("retention")),
     )

@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from types import FrameType
 from typing import Any
 
 import uvicorn
 
 from raftcron.api.metrics import NodeMetrics
+from raftcron.cluster import membership
 from raftcron.cluster.proposer import ProposalError, Proposer
 from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transfer import LeadershipTransfer
@@ -20,6 +25,7 @@ from raftcron.config import NodeConfig
 from raftcron.core import commands as c
 from raftcron.leader.clock import ClockGuard
 from raftcron.leader.duties import DutySettings, LeaderDuties
+from raftcron.leader.retention import DEFAULT_RETENTION_S, parse_duration
 from raftcron.state import db
 from raftcron.state.machine import StateMachine
 
@@ -30,6 +36,20 @@ WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Re
                  c.PutJob, c.ResumeJob)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
 MAX_CLOCK_BEHIND_MS = 2000
+HANDOVER_TIMEOUT_S = 2.0
+GRACEFUL_SHUTDOWN_S = 5.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the node the moment an exit signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._on_exit()
 
 
 class Node:
@@ -40,6 +60,12 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.apply_lock = threading.Lock()
         self.writer = db.open_writer(config.db_path)
+        # Peers: the configured ones updated by the replicated member records (membership).
+        membership.ensure_table(self.writer)
+        self.configured_peers = config.peers
+        config = self.config = replace(config, peers=membership.merge_peers(
+            config.peers, membership.read_members(self.writer), config.node_id,
+            config.raft_addr))
         self.checkpointer = db.Checkpointer(config.db_path).start()
         self.machine = StateMachine(self.writer, listener=self._on_applied)
         self.by_raft_addr = {p.raft_addr: p for p in config.peers}
@@ -48,12 +74,15 @@ class Node:
             config.raft_addr, [p.raft_addr for p in config.peers], self.machine,
             config.data_dir, password, self.apply_lock, config.raft_overrides,
         )
+        self.raft.on_members_changed = self._members_changed
         self.proposer: Proposer | None = None
         self.duties: LeaderDuties | None = None
         self._role: tuple[bool, int] = (False, 0)
         self._beginning: int | None = None
         self.started_monotonic = time.monotonic()
         self.skew_blocked = False
+        self.stopping = False
+        self._handover: asyncio.Task[bool] | None = None
         self.clock_guard = ClockGuard([p.http_url for p in config.peers], len(config.peers) + 1)
         self.transfer = LeadershipTransfer(self.raft)
         self.metrics = NodeMetrics()
@@ -61,6 +90,7 @@ class Node:
             webhooks=config.webhooks, webhook_secret=config.read_webhook_secret(),
             watchdog_url=config.watchdog_url, watchdog_method=config.watchdog_method,
             watchdog_interval_s=config.watchdog_interval_s, tick_stale_s=config.tick_stale_s,
+            retention_s=retention_of(config),
         )
 
     # --- reads ---------------------------------------------------------------------------
@@ -123,6 +153,38 @@ class Node:
             "peers": peers,
         }
 
+    def _members_changed(self) -> None:
+        """A member record was applied (tick thread)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.refresh_peers)
+
+    def refresh_peers(self) -> None:
+        conn = self.open_reader()
+        try:
+            members = membership.read_members(conn)
+        finally:
+            conn.close()
+        peers = membership.merge_peers(self.configured_peers, members, self.config.node_id,
+                                       self.config.raft_addr)
+        if peers == self.config.peers:
+            return
+        log.info("peers are now %s", ", ".join(f"{p.id}={p.raft_addr}" for p in peers))
+        self.config = replace(self.config, peers=peers)
+        self.by_raft_addr = {p.raft_addr: p for p in peers}
+        guard = getattr(self, "clock_guard", None)
+        if guard is not None and hasattr(guard, "peer_urls"):
+            guard.peer_urls = [p.http_url for p in peers]
+            guard.cluster_size = len(peers) + 1
+
+    async def _refresh_peers_periodically(self, period_s: float = 5.0) -> None:
+        """Member records can also arrive inside an installed snapshot."""
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                self.refresh_peers()
+            except sqlite3.Error as e:
+                log.warning("cannot read the member records: %s", e)
+
     # --- tick-thread hooks -----------------------------------------------------------------
 
     def _on_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
@@ -166,7 +228,7 @@ class Node:
             log.info("stopping leader duties of epoch %d", self.duties.epoch)
             self.duties.stop()
             self.duties = None
-        if is_leader and self.duties is None and self._beginning != term:
+        if is_leader and self.duties is None and self._beginning != term and not self.stopping:
             self._beginning = term
             asyncio.get_running_loop().create_task(self._begin_epoch(term))
 
@@ -201,12 +263,15 @@ class Node:
                 return
         self.skew_blocked = False
         self._beginning = None
+        if self.stopping:
+            return
         log.info("epoch %d begins on %s", term, self.config.node_id)
         self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
                                    self.duty_settings, self.metrics.on_duty_event)
         for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
-                     self.duties.deadlines):
-            duty.gate = self.clock_guard.trusted
+                     self.duties.deadlines, self.duties.retention):
+            if duty is not None:
+                duty.gate = self.clock_guard.trusted
         self.duties.start()
 
     async def _step_down_when_clock_untrusted(self) -> None:
@@ -249,15 +314,64 @@ class Node:
             asyncio.create_task(self.clock_guard.run(), name="clock-guard"),
             asyncio.create_task(self._step_down_when_clock_untrusted(), name="clock-step-down"),
         ]
+        self._peer_refresher = asyncio.create_task(self._refresh_peers_periodically(),
+                                                   name="peer-refresh")
         app = create_app(self)
         config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
-                                log_level="warning", lifespan="on", access_log=False)
-        server = uvicorn.Server(config)
+                                log_level="warning", lifespan="on", access_log=False,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                **self.config.server_ssl_options())
+        server = _Server(config, on_exit=self._on_exit_signal)
+        # uvicorn re-raises the signal it caught once it has shut down; with this handler
+        # in place that re-raise returns here instead of killing the process before the
+        # leadership handover and close() ran.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
         try:
             await server.serve()
         finally:
+            self._on_exit_signal()
+            if self._handover is not None:
+                await self._handover
             if self.duties:
                 self.duties.stop()
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_exit_signal(self) -> None:
+        """Shutdown began (SIGTERM/SIGINT): a leader hands leadership over at once, in
+        parallel with uvicorn draining its connections (long polls can take seconds)."""
+        self.stopping = True
+        if self._handover is None and self.loop is not None:
+            self._handover = self.loop.create_task(self.hand_over(), name="handover")
+
+    async def hand_over(self, timeout_s: float = HANDOVER_TIMEOUT_S) -> bool:
+        """Stop the leader duties and ask pysyncobj to transfer leadership to a caught-up
+        follower (Raft TimeoutNow), waiting until this node no longer leads. A follower
+        returns at once. True when leadership moved within `timeout_s`."""
+        if not self.raft.is_leader():
+            return False
+        if self.duties:
+            self.duties.stop()
+            self.duties = None
+        term = self.raft.term()
+        deadline = time.monotonic() + timeout_s
+        log.info("shutting down as leader of term %d: transferring leadership", term)
+        while self.raft.is_leader() and time.monotonic() < deadline:
+            # The target must have every entry: a denied request (a heartbeat still in
+            # flight) is simply asked again.
+            done = self.transfer.request()
+            until = min(deadline, time.monotonic() + 0.3)
+            while self.raft.is_leader() and time.monotonic() < until:
+                await asyncio.sleep(0.01 if not done.is_set() else 0.02)
+        if self.raft.is_leader():
+            log.warning("leadership transfer did not complete within %.1f s; stopping "
+                        "anyway (the others elect a leader after the election timeout)",
+                        timeout_s)
+            return False
+        log.info("leadership handed over (term %d -> %d, leader %s)", term, self.raft.term(),
+                 self.raft.leader_addr())
+        return True
 
     def close(self) -> None:
         self.checkpointer.stop()
@@ -266,6 +380,15 @@ class Node:
         finally:
             with self.apply_lock:
                 self.writer.close()
+
+
+def retention_of(config: NodeConfig) -> float | None:
+    """The node's `retention` (config or `--retention`), else $RAFTCRON_RETENTION, else
+    7 days. None: history is kept forever."""
+    text = config.retention or os.environ.get("RAFTCRON_RETENTION")
+    if text is None:
+        return DEFAULT_RETENTION_S
+    return parse_duration(text)
 
 
 def run_node(config: NodeConfig) -> None:

@@ -19,7 +19,17 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from raftcron.api import alerts, cluster, jobs, metrics, occurrences, status, tenants, workers
+from raftcron.api import (
+    alerts,
+    cluster,
+    jobs,
+    metrics,
+    occurrences,
+    ops,
+    status,
+    tenants,
+    workers,
+)
 from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
 from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
@@ -82,6 +92,7 @@ ROUTES = [
     Route("/v1/releases", workers.releases, methods=["POST"]),
     Route("/v1/attempts/{attempt_id:path}/heartbeat", workers.heartbeat_one, methods=["POST"]),
     Route("/v1/attempts/{attempt_id:path}/complete", workers.complete_one, methods=["POST"]),
+    *ops.ROUTES,
 ]
 if WEB_DIR.is_dir():
     ROUTES.append(Mount("/web", app=StaticFiles(directory=WEB_DIR), name="web"))

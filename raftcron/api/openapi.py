@@ -169,6 +169,19 @@ def _spec() -> dict[str, Any]:
                 "put": _op("Set a tenant's quotas (admin)", body=TENANT_INPUT,
                            params=[_path_param("name")], errors=(400, 413, 503)),
             },
+            "/v1/backup": {"get": _op(
+                "A consistent SQLite snapshot of the state (admin)", errors=(403, 503))},
+            "/v1/cluster/members": {
+                "get": _op("Cluster members (admin)", errors=(403,)),
+                "post": _op("Add a member (admin; raftcron cluster add-node)", body={
+                    "type": "object", "required": ["id", "raft_addr", "http_url"],
+                    "properties": {"id": {"type": "string"}, "raft_addr": {"type": "string"},
+                                   "http_url": {"type": "string"}}},
+                    errors=(400, 403, 409, 503)),
+            },
+            "/v1/cluster/members/{member_id}": {"delete": _op(
+                "Remove a member (admin; raftcron cluster remove-node)",
+                params=[_path_param("member_id")], errors=(400, 403, 404, 409, 503))},
             "/v1/occurrences": {"get": _op("List occurrences", params=[
                 _query("job_id"), _query("status"), _query("kind"), _query("since"),
                 _query("until"), _query("cursor"), _query("limit", {"type": "integer"})])},

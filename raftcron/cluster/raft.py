@@ -17,8 +17,9 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as raft_pickle
+from pysyncobj.node import TCPNode
 
-from raftcron.cluster import durability
+from raftcron.cluster import durability, membership
 from raftcron.core.commands import UndecodableCommand
 from raftcron.state.db import get_meta
 from raftcron.state.machine import StateMachine
@@ -37,7 +38,9 @@ RAFT_TUNING: dict[str, Any] = {
     "logCompactionMinEntries": 5000,
     "logCompactionMinTime": 300,
     "useFork": False,
-    "dynamicMembershipChange": False,
+    # Nodes are added and removed with `raftcron cluster add-node/remove-node`
+    # (cluster.membership).
+    "dynamicMembershipChange": True,
 }
 
 
@@ -93,7 +96,25 @@ class SnapshotStore:
                     self.conn.execute("DROP TABLE IF EXISTS _raft")
         finally:
             src.close()
-        return meta
+        return self._with_members(meta)
+
+    def _with_members(self, meta: Any) -> Any:
+        """pysyncobj replaces its topology with the snapshot's (#133), which misses changes
+        made after the snapshot was taken: apply the replicated member records to it."""
+        try:
+            with self.lock:
+                members = membership.read_members(self.conn)
+            if not members or not isinstance(meta, tuple) or len(meta) < 4:
+                return meta
+            gone = membership.removed_addrs(members)
+            active = {m.raft_addr for m in members if not m.removed}
+            cluster = {n for n in meta[3] if n.address not in gone - active}
+            known = {n.address for n in cluster}
+            cluster |= {TCPNode(addr) for addr in active - known}
+            return (*meta[:3], cluster, *meta[4:])
+        except Exception:  # noqa: BLE001 - never fail a snapshot load over this
+            log.exception("cannot apply member records to the snapshot topology")
+            return meta
 
 
 class RaftNode(SyncObj):
@@ -112,6 +133,7 @@ class RaftNode(SyncObj):
     ) -> None:
         self._machine = machine
         self._apply_lock = apply_lock
+        self.on_members_changed: Callable[[], None] | None = None
         self._store = SnapshotStore(machine.conn, apply_lock)
         conf = SyncObjConf(
             password=password,
@@ -133,6 +155,12 @@ class RaftNode(SyncObj):
         # it is not deterministic during replay).
         index = self.raftLastApplied + 1
         try:
+            if membership.is_member_op(data):
+                with self._apply_lock:
+                    result = membership.apply_op(self._machine.conn, index, data)
+                if self.on_members_changed is not None and not result.get("replayed"):
+                    self.on_members_changed()
+                return result
             with self._apply_lock:
                 return self._machine.apply_bytes(index, data)
         except UndecodableCommand as e:
@@ -155,3 +183,18 @@ class RaftNode(SyncObj):
 
     def on_tick(self, callback: Callable[[], None]) -> None:
         self.addOnTickCallback(callback)
+
+    def submit_raw(self, data: bytes, callback: Callable[[Any, int], None]) -> None:
+        """Propose already encoded bytes (member operations use this)."""
+        self.submit(data, callback=callback)
+
+    def other_addrs(self) -> set[str]:
+        """The Raft addresses this node currently counts as voters besides itself."""
+        for _ in range(3):
+            try:
+                status = self.getStatus()
+            except RuntimeError:  # a dict changed size under the tick thread
+                continue
+            prefix = "partner_node_status_server_"
+            return {k[len(prefix):] for k in status if k.startswith(prefix)}
+        return set()

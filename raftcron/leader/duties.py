@@ -13,6 +13,7 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.dispatch import Dispatcher
 from raftcron.leader.outbox import OutboxDelivery
+from raftcron.leader.retention import DEFAULT_RETENTION_S, Retention
 from raftcron.leader.sweeper import Sweeper
 from raftcron.leader.ticker import Ticker
 from raftcron.leader.watchdog import Watchdog
@@ -30,6 +31,8 @@ class DutySettings:
     watchdog_method: str = "GET"
     watchdog_interval_s: float = 5.0
     tick_stale_s: float = 10.0
+    # Finished history older than this is pruned (None: kept forever).
+    retention_s: float | None = DEFAULT_RETENTION_S
 
 
 class LeaderDuties:
@@ -53,6 +56,8 @@ class LeaderDuties:
             settings.watchdog_interval_s, settings.tick_stale_s,
             on_result=(lambda r: on_event("watchdog", r)) if on_event else None,
         ) if settings.watchdog_url else None
+        self.retention = Retention(epoch, proposer, open_reader, settings.retention_s) \
+            if settings.retention_s else None
         self._on_exit = on_exit
         self._tasks: list[asyncio.Task[None]] = []
         self.stopped = False
@@ -64,6 +69,8 @@ class LeaderDuties:
         ]
         if self.watchdog is not None:
             coros.append(("watchdog", self.watchdog.run()))
+        if self.retention is not None:
+            coros.append(("retention", self.retention.run()))
         for name, coro in coros:
             task = asyncio.create_task(coro, name=f"{name}-epoch-{self.epoch}")
             task.add_done_callback(self._task_done)

@@ -19,6 +19,7 @@ TABLES = {
     "alert_events": "id",
     "tenants": "name",
     "tenant_fires": "tenant, minute",
+    "cluster_members": "id",
 }
 
 

@@ -142,3 +142,13 @@ CREATE TABLE IF NOT EXISTS tenant_fires (
     fires  INTEGER NOT NULL,
     PRIMARY KEY (tenant, minute)
 ) WITHOUT ROWID;
+
+-- Cluster membership records (cluster.membership): the topology pysyncobj's snapshots
+-- would otherwise override, plus each member's HTTP URL.
+CREATE TABLE IF NOT EXISTS cluster_members (
+    id            TEXT PRIMARY KEY,
+    raft_addr     TEXT NOT NULL,
+    http_url      TEXT NOT NULL,
+    removed       INTEGER NOT NULL DEFAULT 0,
+    updated_index INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -288,8 +288,14 @@ class Node:
                 log.error("clock disagrees with the cluster (%s ms): not ticking",
                           self.clock_guard.skew_ms())
             elif time.monotonic() - untrusted_since > 3.0:
-                log.error("handing leadership over: this node's clock is not trusted")
-                self.transfer.request()
+                # Hand over to a peer that answers (a paused peer still accepts TCP and
+                # would swallow the request).
+                alive = self.clock_guard.recently_seen()
+                by_url = {p.http_url: p.raft_addr for p in self.config.peers}
+                target = next((by_url[u] for u in alive if u in by_url), None)
+                log.error("handing leadership over to %s: this node's clock is not trusted",
+                          target or "any follower")
+                self.transfer.request(target)
                 untrusted_since = time.monotonic()
 
     def _duties_exited(self, duties: LeaderDuties, exc: BaseException | None) -> None:

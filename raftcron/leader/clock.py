@@ -47,9 +47,12 @@ class ClockGuard:
         offset = peer_ms - (sent_ms + received_ms) / 2
         now = time.monotonic()
         old = self.samples.get(url)
-        # Prefer the tighter measurement unless the old one is getting stale.
+        # Prefer the tighter measurement unless the old one is getting stale; either way
+        # the peer was just seen alive.
         if old is None or rtt <= old.rtt_ms or now - old.at > FRESH_S / 2:
             self.samples[url] = Sample(offset, rtt, now)
+        else:
+            old.at = max(old.at, now - FRESH_S / 2)
 
     def fresh_offsets(self) -> list[float]:
         now = time.monotonic()
@@ -69,6 +72,12 @@ class ClockGuard:
         """This node's clock minus the median of its peers' (None: not measured)."""
         offsets = self.fresh_offsets()
         return None if not offsets else int(-statistics.median(offsets))
+
+    def recently_seen(self, within_s: float = 2.0) -> list[str]:
+        """Peers that answered a clock probe within `within_s`, most recent first."""
+        now = time.monotonic()
+        seen = [(s.at, u) for u, s in self.samples.items() if now - s.at <= within_s]
+        return [u for _, u in sorted(seen, reverse=True)]
 
     def describe(self) -> dict[str, object]:
         return {"trusted": self.trusted(), "skew_ms": self.skew_ms(),

@@ -23,6 +23,7 @@ log = logging.getLogger("raftcron.ticker")
 JOB_ROW_SQL = "SELECT id, version, paused, watermark_ms, spec FROM jobs"
 MAX_SLEEP_S = 1.0
 CLAIMS_IN_FLIGHT = 4
+GATED_RETRY_S = 0.25
 
 
 class LostEpoch(Exception):
@@ -94,6 +95,10 @@ class Ticker:
             await self.tick_once()
             wake = self.planner.next_wakeup_ms()
             delay = MAX_SLEEP_S if wake is None else (wake - self.clock()) / 1000
+            if self.clock_blocked:
+                # Nothing was claimed (untrusted clock): wait instead of spinning on the
+                # overdue instants, which would starve the event loop.
+                delay = GATED_RETRY_S
             self.wakeup.clear()
             if delay > 0 and not self.changed_jobs:
                 try:

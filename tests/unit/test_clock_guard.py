@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -69,3 +70,37 @@ def test_a_distrusted_clock_stays_distrusted_when_measurements_go_stale() -> Non
     for sample in g.samples.values():
         sample.at -= 60  # peers unreachable for a minute
     assert not g.fresh_offsets() and not g.trusted()
+
+
+def test_a_gated_ticker_waits_instead_of_spinning() -> None:
+    """Overdue instants and an untrusted clock must not starve the event loop."""
+    now = 1_767_225_600_000
+    ticker = Ticker(1, _NeverPropose(), lambda: None, clock=lambda: now)  # type: ignore[arg-type]
+    spec = parse_job({"id": "j", "schedule": "* * * * * *", "target": {"shell": "true"}})
+    ticker.planner.upsert(JobRecord("j", 1, False, now - 60_000, spec.to_spec()))
+    ticker.gate = lambda: False
+
+    async def scenario() -> int:
+        async def no_reload(job_ids: object) -> None:
+            return None
+
+        ticker._reload = no_reload  # type: ignore[method-assign]
+        beats = 0
+        task = asyncio.ensure_future(ticker.run())
+
+        async def heartbeat() -> None:
+            nonlocal beats
+            for _ in range(5):
+                await asyncio.sleep(0.05)
+                beats += 1
+
+        await asyncio.wait_for(heartbeat(), 2)
+        task.cancel()
+        return beats
+
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(asyncio.run(scenario())),
+                              daemon=True)
+    runner.start()
+    runner.join(10)
+    assert result == [5], "the event loop was starved by a spinning ticker"

@@ -6,7 +6,9 @@ clock is *trusted* when, counting itself, a majority of the cluster agrees with 
 `max_skew_ms`. The leader's ticker, dispatcher and sweeper only act while their clock is
 trusted; a leader that stays untrusted hands leadership over (see node.py).
 
-Before any measurement the clock counts as trusted (there is nothing to compare with,
+A step of this node's own wall clock (checked against its monotonic clock) makes it
+untrusted at once, until the next measurement. Before any measurement the clock counts
+as trusted (there is nothing to compare with,
 and a leader needs a majority anyway); afterwards, while no measurement is fresh, the
 last verdict stands.
 """
@@ -41,11 +43,16 @@ class ClockGuard:
         self.period_s = period_s
         self.samples: dict[str, Sample] = {}
         self._last_verdict = True
+        # Wall clock minus monotonic clock when the peers were last measured: a step of
+        # the wall clock since then (a bump, a bad NTP step) is seen at once, without
+        # waiting for the next probe.
+        self._wall_minus_mono: float | None = None
 
     def record(self, url: str, sent_ms: float, peer_ms: float, received_ms: float) -> None:
         rtt = received_ms - sent_ms
         offset = peer_ms - (sent_ms + received_ms) / 2
         now = time.monotonic()
+        self._wall_minus_mono = time.time() * 1000 - now * 1000
         old = self.samples.get(url)
         # Prefer the tighter measurement unless the old one is getting stale; either way
         # the peer was just seen alive.
@@ -58,7 +65,17 @@ class ClockGuard:
         now = time.monotonic()
         return [s.offset_ms for s in self.samples.values() if now - s.at <= FRESH_S]
 
+    def stepped(self) -> bool:
+        """Whether the wall clock jumped (relative to monotonic time) since the peers
+        were last measured."""
+        if self._wall_minus_mono is None:
+            return False
+        drift = time.time() * 1000 - time.monotonic() * 1000 - self._wall_minus_mono
+        return abs(drift) > self.max_skew_ms / 2
+
     def trusted(self) -> bool:
+        if self.stepped():
+            return False  # until the peers are measured again with the new clock
         offsets = self.fresh_offsets()
         if not offsets:
             # Nothing fresh to compare with: keep the last verdict (a node found far off

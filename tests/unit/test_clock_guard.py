@@ -104,3 +104,20 @@ def test_a_gated_ticker_waits_instead_of_spinning() -> None:
     runner.start()
     runner.join(10)
     assert result == [5], "the event loop was starved by a spinning ticker"
+
+
+def test_a_step_of_the_own_wall_clock_is_distrusted_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    g = ClockGuard(["http://p0", "http://p1"], 3)
+    wall = [1_000_000.0]
+    mono = [500.0]
+    monkeypatch.setattr("raftcron.leader.clock.time.time", lambda: wall[0])
+    monkeypatch.setattr("raftcron.leader.clock.time.monotonic", lambda: mono[0])
+    for url in g.peer_urls:
+        g.record(url, wall[0] * 1000 - 2, wall[0] * 1000, wall[0] * 1000 + 2)
+    assert g.trusted()
+    wall[0] += 1.0
+    mono[0] += 1.0  # time passes normally: still trusted
+    assert g.trusted()
+    wall[0] += 8.0  # the wall clock jumps 8 s ahead; monotonic does not
+    assert not g.trusted()

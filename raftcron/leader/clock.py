@@ -32,6 +32,7 @@ class Sample:
     offset_ms: float
     rtt_ms: float
     at: float  # monotonic
+    wall_minus_mono_ms: float  # this node's wall clock minus monotonic when measured
 
 
 class ClockGuard:
@@ -43,21 +44,21 @@ class ClockGuard:
         self.period_s = period_s
         self.samples: dict[str, Sample] = {}
         self._last_verdict = True
-        # Wall clock minus monotonic clock when the peers were last measured: a step of
-        # the wall clock since then (a bump, a bad NTP step) is seen at once, without
-        # waiting for the next probe.
-        self._wall_minus_mono: float | None = None
 
     def record(self, url: str, sent_ms: float, peer_ms: float, received_ms: float) -> None:
         rtt = received_ms - sent_ms
         offset = peer_ms - (sent_ms + received_ms) / 2
         now = time.monotonic()
-        self._wall_minus_mono = time.time() * 1000 - now * 1000
+        wmm = time.time() * 1000 - now * 1000
         old = self.samples.get(url)
-        # Prefer the tighter measurement unless the old one is getting stale; either way
+        changed = old is not None and (
+            abs(wmm - old.wall_minus_mono_ms) > self.max_skew_ms / 2  # our clock stepped
+            or abs(offset - old.offset_ms) > self.max_skew_ms / 2 + rtt  # or theirs
+        )
+        # Otherwise keep the tighter measurement unless it is getting stale; either way
         # the peer was just seen alive.
-        if old is None or rtt <= old.rtt_ms or now - old.at > FRESH_S / 2:
-            self.samples[url] = Sample(offset, rtt, now)
+        if old is None or changed or rtt <= old.rtt_ms or now - old.at > FRESH_S / 2:
+            self.samples[url] = Sample(offset, rtt, now, wmm)
         else:
             old.at = max(old.at, now - FRESH_S / 2)
 
@@ -66,12 +67,12 @@ class ClockGuard:
         return [s.offset_ms for s in self.samples.values() if now - s.at <= FRESH_S]
 
     def stepped(self) -> bool:
-        """Whether the wall clock jumped (relative to monotonic time) since the peers
-        were last measured."""
-        if self._wall_minus_mono is None:
-            return False
-        drift = time.time() * 1000 - time.monotonic() * 1000 - self._wall_minus_mono
-        return abs(drift) > self.max_skew_ms / 2
+        """Whether this node's wall clock jumped (against its monotonic clock) since a
+        fresh measurement was taken: that measurement no longer describes this clock."""
+        now = time.monotonic()
+        wmm = time.time() * 1000 - now * 1000
+        return any(abs(wmm - s.wall_minus_mono_ms) > self.max_skew_ms / 2
+                   for s in self.samples.values() if now - s.at <= FRESH_S)
 
     def trusted(self) -> bool:
         if self.stepped():

@@ -121,3 +121,13 @@ def test_a_step_of_the_own_wall_clock_is_distrusted_at_once(
     assert g.trusted()
     wall[0] += 8.0  # the wall clock jumps 8 s ahead; monotonic does not
     assert not g.trusted()
+
+
+def test_a_peer_measured_far_off_replaces_a_tighter_but_older_sample() -> None:
+    g = ClockGuard(["http://p0", "http://p1"], 3)
+    for url in g.peer_urls:
+        g.record(url, 0.0, 1.0, 2.0)  # rtt 2 ms, offset 0
+    assert g.trusted()
+    for url in g.peer_urls:
+        g.record(url, 0.0, -16_000.0 + 10.0, 20.0)  # rtt 20 ms: looser, but 16 s apart
+    assert not g.trusted()

@@ -40,8 +40,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def poller(urls: list[str], name: str, stop_at: float, lags: list[float],
-                 done: list[int]) -> None:
-    async with httpx.AsyncClient(timeout=40) as client:
+                 done: list[int], headers: dict[str, str]) -> None:
+    async with httpx.AsyncClient(timeout=40, headers=headers) as client:
         i = 0
         while time.time() < stop_at:
             url = urls[i % len(urls)]
@@ -81,7 +81,7 @@ async def run(args: argparse.Namespace) -> None:
         c.start()
         try:
             leader = c.wait_leader(timeout=30)
-            async with httpx.AsyncClient(timeout=30) as client:
+            async with httpx.AsyncClient(timeout=30, headers=c.auth_headers()) as client:
                 url = c.urls[leader]
                 sem = asyncio.Semaphore(32)
 
@@ -100,7 +100,8 @@ async def run(args: argparse.Namespace) -> None:
             lags: list[float] = []
             done: list[int] = []
             urls = [c.urls[leader]]
-            await asyncio.gather(*(poller(urls, f"bench-w{i}", stop_at, lags, done)
+            worker = c.auth_headers(c.worker_token)
+            await asyncio.gather(*(poller(urls, f"bench-w{i}", stop_at, lags, done, worker)
                                    for i in range(args.pollers)))
             steady = lags[len(lags) // 10:]  # drop the warm-up tenth
             total = sum(done)

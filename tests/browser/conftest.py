@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from raftcron.testing import LocalCluster
-
 CHROMIUM = os.environ.get("RAFTCRON_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -42,17 +40,6 @@ def browser() -> Iterator[Any]:
             yield b
         finally:
             b.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path)
-    c.start()
-    c.wait_leader(timeout=30)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -1,3 +1,5 @@
+"""Fixtures shared by the system and browser tests: a real three-node cluster."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -44,20 +44,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def list_occurrences(c: LocalCluster, nid: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        query = {**params, "limit": 500}
-        if cursor:
-            query["cursor"] = cursor
-        page = c.get(nid, "/v1/occurrences", params=query)
-        out += page["occurrences"]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
-
-
 def wait_new_leader(c: LocalCluster, among: list[str], timeout: float) -> tuple[str, float]:
     """Poll the survivors as fast as they answer; return (leader, time observed)."""
     deadline = time.monotonic() + timeout
@@ -73,10 +59,11 @@ def wait_new_leader(c: LocalCluster, among: list[str], timeout: float) -> tuple[
 def first_claim_s(c: LocalCluster, leader: str, epoch: int, killed_at: float,
                   timeout: float = 30) -> float:
     """The created_at (epoch seconds) of the earliest occurrence claimed in `epoch`."""
-    params = {"since": s_to_iso(killed_at - 10), "kind": "scheduled"}
+    since = s_to_iso(killed_at - 10)
 
     def earliest() -> float | None:
-        mine = [o for o in list_occurrences(c, leader, params) if o["epoch"] == epoch]
+        mine = [o for o in c.occurrences(leader, since=since, kind="scheduled")
+                if o["epoch"] == epoch]
         return min(iso_to_s(o["created_at"]) for o in mine) if mine else None
 
     return wait_until(earliest, timeout, interval=0.2, message=f"a claim of epoch {epoch}")
@@ -141,8 +128,8 @@ def run(kills: int, jobs: int, root: Path) -> int:
             since = s_to_iso(fetched_at - 10)
             fetched_at = time.time()
             for j in range(jobs):
-                ledger.record(list_occurrences(
-                    c, new, {"job_id": f"bench-{j:03d}", "since": since, "kind": "scheduled"}))
+                ledger.record(c.occurrences(new, f"bench-{j:03d}", since=since,
+                                            kind="scheduled"))
             per_round.append((rnd, old, new, elected[-1], claimed[-1], ledger.duplicates(),
                               ledger.holes()))
             print(f"round {rnd:>2}: killed {old} -> {new} (epoch {epoch})  "
@@ -151,8 +138,7 @@ def run(kills: int, jobs: int, root: Path) -> int:
         # A last sweep over the whole run on every node, after convergence.
         for nid in list(c.procs):
             for j in range(jobs):
-                ledger.record(list_occurrences(c, nid, {"job_id": f"bench-{j:03d}",
-                                                        "kind": "scheduled"}))
+                ledger.record(c.occurrences(nid, f"bench-{j:03d}", kind="scheduled"))
         report(kills, jobs, elected, claimed, ledger)
         ok = percentile(elected, 99) <= TARGET_P99_S and percentile(claimed, 99) <= TARGET_P99_S
         return 0 if ok and not ledger.duplicates() and not ledger.holes() else 1

@@ -172,15 +172,16 @@ class LocalCluster:
 
         return wait_until(same, timeout, interval=0.3, message="equal digests on all nodes")
 
-    def occurrences(self, nid: str, job_id: str) -> list[dict[str, Any]]:
+    def occurrences(self, nid: str, job_id: str | None = None,
+                    **filters: str) -> list[dict[str, Any]]:
+        """Every occurrence matching the API filters, following the cursor."""
         out: list[dict[str, Any]] = []
-        cursor = None
+        query: dict[str, Any] = {**filters, "limit": 500}
+        if job_id is not None:
+            query["job_id"] = job_id
         while True:
-            params = {"job_id": job_id, "limit": 500}
-            if cursor:
-                params["cursor"] = cursor
-            page = self.get(nid, "/v1/occurrences", params=params)
+            page = self.get(nid, "/v1/occurrences", params=query)
             out += page["occurrences"]
-            cursor = page["next_cursor"]
-            if not cursor:
+            if not page["next_cursor"]:
                 return out
+            query["cursor"] = page["next_cursor"]

@@ -74,6 +74,7 @@ ROUTES = [
     Route("/v1/digest", cluster.state_digest),
     Route("/v1/jobs", jobs.create_job, methods=["POST"]),
     Route("/v1/jobs", jobs.list_jobs, methods=["GET"]),
+    Route("/v1/jobs:batchCreate", jobs.batch_create_jobs, methods=["POST"]),
     Route("/v1/jobs/{job_id}", jobs.get_job, methods=["GET"]),
     Route("/v1/jobs/{job_id}", jobs.put_job, methods=["PUT"]),
     Route("/v1/jobs/{job_id}", jobs.delete_job, methods=["DELETE"]),

@@ -19,6 +19,7 @@ from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrence_to_api
 
 MAX_PAGE = 500
+MAX_BATCH_CREATE = 1000
 MAX_BACKFILL = 10_000
 BACKFILL_CHUNK = 1000
 
@@ -113,6 +114,36 @@ async def create_job(request: Request) -> JSONResponse:
     await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True))
     return JSONResponse(await job_detail(ctx, job.id), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
+
+
+async def batch_create_jobs(request: Request) -> JSONResponse:
+    """`POST /v1/jobs:batchCreate {"jobs": [...]}`: up to 1,000 jobs in one Raft entry.
+
+    Every job is validated first (a 400 names `jobs[i].<field>` and nothing is created);
+    then each is created or refused on its own, and `results` says which, in order."""
+    ctx = ctx_of(request)
+    body = await json_body(request)
+    items = body.get("jobs") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_CREATE:
+        raise ValidationError("jobs", f"must be a list of 1 to {MAX_BATCH_CREATE} job objects")
+    jobs = []
+    for i, item in enumerate(items):
+        try:
+            jobs.append(parse_job(item))
+        except ValidationError as e:
+            raise ValidationError(f"jobs[{i}].{e.field}", e.message) from None
+    for job in jobs:
+        require_tenant_write(request, job.tenant)
+    result = await ctx.propose(c.CreateJobs(request_id(request), now_ms(),
+                                            [job.to_spec() for job in jobs]))
+    results = []
+    for job, r in zip(jobs, result["results"], strict=True):
+        if r["ok"]:
+            results.append({"id": job.id, "created": True, "version": r["version"]})
+        else:
+            results.append({"id": job.id, "created": False, "error": {
+                "code": r["rejected"], "message": r["message"], "field": r.get("field")}})
+    return JSONResponse({"created": result["created"], "results": results})
 
 
 async def list_jobs(request: Request) -> JSONResponse:

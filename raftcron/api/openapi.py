@@ -143,6 +143,12 @@ def _spec() -> dict[str, Any]:
                     _query("cursor"), _query("limit", {"type": "integer"}),
                     _query("consistent", {"type": "boolean"})]),
             },
+            "/v1/jobs:batchCreate": {"post": _op(
+                "Create up to 1,000 jobs in one replicated entry; one result per job",
+                body={"type": "object", "required": ["jobs"], "properties": {
+                    "jobs": {"type": "array", "minItems": 1, "maxItems": 1000,
+                             "items": JOB_INPUT}}},
+                errors=(400, 413, 503))},
             "/v1/jobs/{job_id}": {
                 "get": _op("A job with its next fire times", params=JOB, errors=(400, 404)),
                 "put": _op("Replace a job (If-Match: version)", body=JOB_INPUT, params=JOB,

@@ -41,6 +41,17 @@ class PutJob(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class CreateJobs(Command):
+    """Create many jobs in one entry (a crontab import): each one is created unless its
+    id exists or its tenant is at the job quota; the result lists the outcome of each."""
+
+    TYPE: ClassVar[str] = "create_jobs"
+    request_id: str
+    now_ms: int
+    jobs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteJob(Command):
     TYPE: ClassVar[str] = "delete_job"
     request_id: str
@@ -229,7 +240,7 @@ class Release(Command):
 COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
-        PutJob, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
+        PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
         PutTenant, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert, AckOutbox,
         Heartbeat, Complete, Release,
     )

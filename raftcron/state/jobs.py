@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from raftcron.core import errors
-from raftcron.core.commands import DeleteJob, PauseJob, PutJob, ResumeJob
+from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import check_job_quota
@@ -27,28 +27,43 @@ def spec_json(spec: dict[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
+def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> dict[str, Any]:
+    if row is not None:
+        return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
+    over = check_job_quota(ctx.conn, job.tenant)
+    if over is not None:
+        return over
+    spec = job.with_version(1).to_spec()
+    # A re-created job id must not re-claim instants its earlier life already has.
+    newest = ctx.conn.execute(
+        "SELECT max(scheduled_for_ms) FROM occurrences WHERE job_id = ? AND kind = 'scheduled'",
+        (job.id,),
+    ).fetchone()[0]
+    watermark = max(now_ms, newest or 0)
+    ctx.conn.execute(
+        f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
+        (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,
+         watermark, now_ms, now_ms),
+    )
+    return ok(job_id=job.id, version=1, created=True)
+
+
+def create_jobs(ctx: ApplyContext, cmd: CreateJobs) -> dict[str, Any]:
+    """Each job is created or refused on its own (exists, quota); one result per job, in
+    order. Ids repeated within the batch: the first wins, later ones are `already_exists`."""
+    results = []
+    for spec in cmd.jobs:
+        job = Job.from_spec(spec)
+        results.append(create_job(ctx, job, load_job(ctx.conn, job.id), cmd.now_ms))
+    created = sum(1 for r in results if r["ok"])
+    return ok(created=created, results=results)
+
+
 def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
     job = Job.from_spec(cmd.job)
     row = load_job(ctx.conn, job.id)
     if cmd.create:
-        if row is not None:
-            return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
-        over = check_job_quota(ctx.conn, job.tenant)
-        if over is not None:
-            return over
-        spec = job.with_version(1).to_spec()
-        # A re-created job id must not re-claim instants its earlier life already has.
-        newest = ctx.conn.execute(
-            "SELECT max(scheduled_for_ms) FROM occurrences WHERE job_id = ? AND kind = 'scheduled'",
-            (job.id,),
-        ).fetchone()[0]
-        watermark = max(cmd.now_ms, newest or 0)
-        ctx.conn.execute(
-            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
-            (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,
-             watermark, cmd.now_ms, cmd.now_ms),
-        )
-        return ok(job_id=job.id, version=1, created=True)
+        return create_job(ctx, job, row, cmd.now_ms)
     if row is None:
         return rejected(errors.NOT_FOUND, f"job {job.id!r} does not exist", "id")
     if cmd.expected_version is not None and row[2] != cmd.expected_version:

@@ -47,6 +47,7 @@ def _barrier(ctx: ApplyContext, cmd: c.Barrier) -> dict[str, Any]:
 
 HANDLERS: dict[type[c.Command], Handler] = {
     c.PutJob: jobs.put_job,
+    c.CreateJobs: jobs.create_jobs,
     c.DeleteJob: jobs.delete_job,
     c.PauseJob: jobs.pause_job,
     c.ResumeJob: jobs.resume_job,
@@ -72,8 +73,8 @@ assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a ha
 # cluster clock a new leader must not be behind (ARCHITECTURE invariant 6).
 CLOCKED = (c.Claim, c.Lease, c.Sweep)
 
-DEDUPED = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual, c.Backfill, c.Prune,
-           c.PutTenant)
+DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
+           c.Backfill, c.Prune, c.PutTenant)
 
 
 class StateMachine:

@@ -171,6 +171,28 @@ def test_edit_keeps_the_watermark_and_claims_need_the_new_version(led):
     assert led.occurrence(occ("j", T0 + 2 * MIN))["job_version"] == 2
 
 
+def test_create_jobs_creates_each_or_refuses_each_on_its_own(led):
+    led.create("exists")
+    r = led.apply(c.CreateJobs(led.rid(), T0 + 7, [spec("a"), spec("exists"), spec("b"),
+                                                   spec("a")]))
+    assert r["ok"] is True and r["created"] == 2
+    assert [x["ok"] for x in r["results"]] == [True, False, True, False]
+    assert r["results"][1]["rejected"] == "already_exists"
+    assert r["results"][3]["rejected"] == "already_exists"  # the first "a" won
+    rows = led.q("SELECT id, version, watermark_ms FROM jobs WHERE id IN ('a', 'b') ORDER BY id")
+    assert rows == [("a", 1, T0 + 7), ("b", 1, T0 + 7)]
+    # the new jobs are claimable like any other
+    assert led.fire("a", T0 + MIN)["rejected_items"] == []
+
+
+def test_create_jobs_respects_the_job_quota_per_job(led):
+    led.apply(c.PutTenant(led.rid(), T0, "t", max_jobs=2))
+    r = led.apply(c.CreateJobs(led.rid(), T0, [spec(f"q{i}", tenant="t") for i in range(3)]))
+    assert [x["ok"] for x in r["results"]] == [True, True, False]
+    assert r["results"][2]["quota"] == "max_jobs"
+    assert led.one("SELECT count(*) FROM jobs WHERE tenant = 't'")[0] == 2
+
+
 def test_create_sets_watermark_to_creation_time(led):
     led.create("j", now=T0 + 5 * MIN)
     assert led.watermark() == T0 + 5 * MIN

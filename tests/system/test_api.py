@@ -225,6 +225,35 @@ def test_duplicate_create_is_409(api: Api) -> None:
     assert api.get(api.leader(), "/v1/jobs/dup").json()["version"] == 1
 
 
+def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> None:
+    api.create(api.leader(), "bc-exists")
+    nid = api.follower()
+    resp = api.post(nid, "/v1/jobs:batchCreate", {"jobs": [
+        job_body("bc-1"), job_body("bc-exists"), job_body("bc-2", timezone="Europe/Berlin")]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["created"] == 2
+    assert [(r["id"], r["created"]) for r in body["results"]] == [
+        ("bc-1", True), ("bc-exists", False), ("bc-2", True)]
+    assert body["results"][1]["error"]["code"] == "already_exists"
+    got = api.get(nid, "/v1/jobs/bc-2").json()
+    assert got["version"] == 1 and got["schedule"]["timezone"] == "Europe/Berlin"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"jobs": [job_body("bcv-ok"), job_body("bcv-bad", cron="61 * * * *")]},
+     "jobs[1].schedule.cron"),
+    ({"jobs": []}, "jobs"),
+    ({"jobs": "nope"}, "jobs"),
+    ({"jobs": [job_body(f"bcv-{i}") for i in range(1001)]}, "jobs"),
+    ([], "jobs"),
+])
+def test_batch_create_validation_is_400_and_creates_nothing(api: Api, body: Any,
+                                                             field: str) -> None:
+    assert_error(api.post(api.leader(), "/v1/jobs:batchCreate", body), 400, field=field)
+    assert api.get(api.leader(), "/v1/jobs/bcv-ok").status_code == 404
+
+
 def test_if_match_mismatch_is_412_on_put_and_delete(api: Api) -> None:
     nid = api.follower()
     api.create(nid, "ifm")

@@ -31,10 +31,19 @@ from raftcron.state.machine import StateMachine
 
 log = logging.getLogger("raftcron.node")
 
-JOB_COMMANDS = (c.PutJob, c.DeleteJob, c.PauseJob, c.ResumeJob)
+JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
                  c.PutJob, c.ResumeJob)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
+
+
+def changed_job_ids(cmd: c.Command) -> set[str]:
+    """The jobs a job command touched: the ticker reloads exactly these."""
+    if isinstance(cmd, c.CreateJobs):
+        return {job["id"] for job in cmd.jobs}
+    if isinstance(cmd, c.PutJob):
+        return {cmd.job["id"]}
+    return {cmd.job_id}  # type: ignore[attr-defined]
 MAX_CLOCK_BEHIND_MS = 2000
 HANDOVER_TIMEOUT_S = 2.0
 GRACEFUL_SHUTDOWN_S = 5.0
@@ -208,8 +217,7 @@ class Node:
         if isinstance(cmd, OUTBOX_COMMANDS):
             duties.outbox.notify()
         if isinstance(cmd, JOB_COMMANDS):
-            duties.ticker.notify_jobs_changed({cmd.job_id if hasattr(cmd, "job_id")
-                                               else cmd.job["id"]})  # type: ignore[attr-defined]
+            duties.ticker.notify_jobs_changed(changed_job_ids(cmd))
         if isinstance(cmd, WORK_COMMANDS):
             duties.dispatcher.notify()
 

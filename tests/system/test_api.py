@@ -229,7 +229,8 @@ def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> Non
     api.create(api.leader(), "bc-exists")
     nid = api.follower()
     resp = api.post(nid, "/v1/jobs:batchCreate", {"jobs": [
-        job_body("bc-1"), job_body("bc-exists"), job_body("bc-2", timezone="Europe/Berlin")]})
+        job_body("bc-1", cron="* * * * * *"), job_body("bc-exists"),
+        job_body("bc-2", timezone="Europe/Berlin")]})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["created"] == 2
@@ -238,6 +239,9 @@ def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> Non
     assert body["results"][1]["error"]["code"] == "already_exists"
     got = api.get(nid, "/v1/jobs/bc-2").json()
     assert got["version"] == 1 and got["schedule"]["timezone"] == "Europe/Berlin"
+    # the leader's ticker learns of batch-created jobs like any other: bc-1 fires
+    wait_until(lambda: api.c.occurrences(api.leader(), "bc-1"), 15,
+               message="an occurrence of the batch-created job")
 
 
 @pytest.mark.parametrize(("body", "field"), [

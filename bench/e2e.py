@@ -13,120 +13,71 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import Received, create_jobs, machine_line, noop_poller, pct  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
-
-def iso_to_s(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+QUEUE = "bench"
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-async def poller(urls: list[str], name: str, stop_at: float, lags: list[float],
-                 done: list[int], headers: dict[str, str]) -> None:
-    async with httpx.AsyncClient(timeout=40, headers=headers) as client:
-        i = 0
-        while time.time() < stop_at:
-            url = urls[i % len(urls)]
-            try:
-                resp = await client.post(f"{url}/v1/leases", json={
-                    "worker_id": name, "queues": ["bench"], "max": 1000, "wait_s": 2})
-            except httpx.HTTPError:
-                i += 1
-                continue
-            if resp.status_code != 200:
-                i += 1
-                await asyncio.sleep(0.05)
-                continue
-            leases = resp.json()["leases"]
-            got = time.time()
-            if not leases:
-                continue
-            lags.extend(got - iso_to_s(lease["scheduled_for"]) for lease in leases)
-            body = {"worker_id": name, "completions": [
-                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
-                 "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
-            while True:
-                try:
-                    r = await client.post(f"{url}/v1/completions", json=body)
-                    if r.status_code == 200:
-                        done.append(len(leases))
-                        break
-                except httpx.HTTPError:
-                    pass
-                i += 1
-                url = urls[i % len(urls)]
-
-
-async def run(args: argparse.Namespace) -> None:
+async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
+    """Runs/s and fire lag with `jobs` jobs firing every second for `seconds` (+3 warm-up)."""
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
         c.start()
         try:
             leader = c.wait_leader(timeout=30)
-            async with httpx.AsyncClient(timeout=30, headers=c.auth_headers()) as client:
-                url = c.urls[leader]
-                sem = asyncio.Semaphore(32)
-
-                async def create(i: int) -> None:
-                    async with sem:
-                        r = await client.post(f"{url}/v1/jobs", json={
-                            "id": f"bench-{i}", "schedule": {"cron": "* * * * * *"},
-                            "queue": "bench", "target": {"shell": "true"}})
-                        assert r.status_code == 201, r.text
-
-                t0 = time.time()
-                await asyncio.gather(*(create(i) for i in range(args.jobs)))
-                created_s = time.time() - t0
-            warm = time.time() + 3
-            stop_at = warm + args.seconds
-            lags: list[float] = []
-            done: list[int] = []
-            urls = [c.urls[leader]]
+            bodies = [{"id": f"bench-{i}", "schedule": {"cron": "* * * * * *"},
+                       "queue": QUEUE, "target": {"shell": "true"}} for i in range(jobs)]
+            created_s = await create_jobs(c.urls[leader], c.auth_headers(), bodies)
+            seen = Received()
+            start = time.time()
+            stop_at = start + 3 + seconds
             worker = c.auth_headers(c.worker_token)
-            await asyncio.gather(*(poller(urls, f"bench-w{i}", stop_at, lags, done, worker)
-                                   for i in range(args.pollers)))
+            await asyncio.gather(*(noop_poller([c.urls[leader]], f"bench-w{i}", QUEUE,
+                                               lambda: time.time() >= stop_at, seen, worker)
+                                   for i in range(pollers)))
+            lags = [got - sched for got, sched, _ in seen.leases]
             steady = lags[len(lags) // 10:]  # drop the warm-up tenth
-            total = sum(done)
-            print(f"machine: {os.cpu_count()} cpus, Python {platform.python_version()}, "
-                  f"{platform.system()} {platform.release()}")
-            print(f"jobs={args.jobs} (every second), measured {args.seconds + 3}s, "
-                  f"pollers={args.pollers}; created jobs in {created_s:.1f}s")
-            print("| metric | value |\n|---|---|")
-            print(f"| runs completed end to end | {total} |")
-            print(f"| end-to-end runs/s | {total / (args.seconds + 3):.0f} |")
-            print(f"| fire lag p50 (instant → lease held) | {pct(steady, 0.5) * 1000:.0f} ms |")
-            print(f"| fire lag p99 | {pct(steady, 0.99) * 1000:.0f} ms |")
-            print(f"| fire lag max | {max(steady) * 1000 if steady else float('nan'):.0f} ms |")
-            print(f"| fire lag median of all | {statistics.median(lags) * 1000:.0f} ms |")
-            print("targets: ≥2,000 runs/s; fire lag p99 ≤ 100 ms at 1,000 jobs/s")
+            return {
+                "jobs": jobs, "seconds": seconds + 3, "created_s": created_s,
+                "completed": seen.completed, "runs_per_s": seen.completed / (seconds + 3),
+                "lag_p50_ms": pct(steady, 0.5) * 1000, "lag_p99_ms": pct(steady, 0.99) * 1000,
+                "lag_max_ms": max(steady, default=float("nan")) * 1000,
+                "lag_median_all_ms": (statistics.median(lags) if lags else float("nan")) * 1000,
+            }
         finally:
             c.close()
 
 
+def table(r: dict[str, float]) -> str:
+    return "\n".join([
+        f"jobs={r['jobs']} (every second), measured {r['seconds']}s; "
+        f"created jobs in {r['created_s']:.1f}s",
+        "| metric | value |", "|---|---|",
+        f"| runs completed end to end | {r['completed']:.0f} |",
+        f"| end-to-end runs/s | {r['runs_per_s']:.0f} |",
+        f"| fire lag p50 (instant → lease held) | {r['lag_p50_ms']:.0f} ms |",
+        f"| fire lag p99 | {r['lag_p99_ms']:.0f} ms |",
+        f"| fire lag max | {r['lag_max_ms']:.0f} ms |",
+        f"| fire lag median of all | {r['lag_median_all_ms']:.0f} ms |",
+    ])
+
+
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--pollers", type=int, default=4)
-    asyncio.run(run(p.parse_args()))
+    args = p.parse_args()
+    print(machine_line())
+    print(table(asyncio.run(measure(args.jobs, args.seconds, args.pollers))))
 
 
 if __name__ == "__main__":

@@ -8,23 +8,33 @@ Each round kills the node that reports itself leader with its duties running and
                new epoch (the instant the new leader stamped into its first committed claim)
 then restarts the killed node and waits for equal digests on all nodes. Every round also
 checks the per-second jobs for duplicate (job, scheduled_for) occurrences and for holes.
+
+A no-op worker (two pollers on a background thread, failing over between the nodes)
+leases and completes every run throughout, so the report also gives the runs due during
+each failover (instants from the kill to the new leader's first claim) and their lag
+(nominal instant → worker holds the lease).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from raftcron.testing import LocalCluster, wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import Received, noop_poller  # noqa: E402
+from raftcron.testing import LocalCluster, wait_until  # noqa: E402
 
 TARGET_P99_S = 1.0
 
@@ -69,6 +79,28 @@ def first_claim_s(c: LocalCluster, leader: str, epoch: int, killed_at: float,
     return wait_until(earliest, timeout, interval=0.2, message=f"a claim of epoch {epoch}")
 
 
+class Worker:
+    """No-op pollers on their own thread and event loop, leasing from any node."""
+
+    def __init__(self, c: LocalCluster, pollers: int = 2) -> None:
+        self.seen = Received()
+        self.stopped = False
+        urls = list(c.urls.values())
+        headers = c.auth_headers(c.worker_token)
+
+        async def main() -> None:
+            await asyncio.gather(*(noop_poller(urls[i:] + urls[:i], f"fo-w{i}", "default",
+                                               lambda: self.stopped, self.seen, headers,
+                                               wait_s=1) for i in range(pollers)))
+
+        self.thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.thread.join(timeout=10)
+
+
 class Ledger:
     """Every scheduled occurrence seen, per job: duplicates and holes."""
 
@@ -107,8 +139,10 @@ def run(kills: int, jobs: int, root: Path) -> int:
             if resp.status_code != 201:
                 raise SystemExit(f"job create failed: {resp.status_code} {resp.text}")
         fetched_at = time.time()
+        worker = Worker(c)
         time.sleep(3)
         ledger = Ledger()
+        windows: list[tuple[float, float]] = []
         elected: list[float] = []
         claimed: list[float] = []
         per_round: list[tuple[int, str, str, float, float, int, int]] = []
@@ -122,6 +156,7 @@ def run(kills: int, jobs: int, root: Path) -> int:
             claim_at = first_claim_s(c, new, epoch, killed_at)
             elected.append(seen_at - killed_at)
             claimed.append(claim_at - killed_at)
+            windows.append((killed_at, claim_at))
             time.sleep(1.5)
             c.start(old)
             c.wait_converged(timeout=120)
@@ -139,7 +174,12 @@ def run(kills: int, jobs: int, root: Path) -> int:
         for nid in list(c.procs):
             for j in range(jobs):
                 ledger.record(c.occurrences(nid, f"bench-{j:03d}", kind="scheduled"))
-        report(kills, jobs, elected, claimed, ledger)
+        time.sleep(3)
+        worker.stop()
+        due = [got - sched for got, sched, _ in worker.seen.leases
+               if any(lo <= sched < hi for lo, hi in windows)]
+        expected = jobs * sum(math.ceil(hi) - math.ceil(lo) for lo, hi in windows)
+        report(kills, jobs, elected, claimed, ledger, due, expected)
         ok = percentile(elected, 99) <= TARGET_P99_S and percentile(claimed, 99) <= TARGET_P99_S
         return 0 if ok and not ledger.duplicates() and not ledger.holes() else 1
     finally:
@@ -147,7 +187,7 @@ def run(kills: int, jobs: int, root: Path) -> int:
 
 
 def report(kills: int, jobs: int, elected: list[float], claimed: list[float],
-           ledger: Ledger) -> None:
+           ledger: Ledger, due: list[float], expected: int) -> None:
     print()
     print(f"machine: nproc={os.cpu_count()} python={platform.python_version()} "
           f"({platform.python_implementation()}) {platform.system()} {platform.machine()}")
@@ -160,6 +200,11 @@ def report(kills: int, jobs: int, elected: list[float], claimed: list[float],
         print(f"{name:<14}{statistics.median(values):>9.3f}s{p99:>9.3f}s{max(values):>9.3f}s"
               f"{'<= ' + format(TARGET_P99_S, '.1f') + 's':>12}{verdict:>6}")
     print()
+    if due:
+        print(f"runs due during the failovers (kill → first claim): {expected}, leased "
+              f"before the end: {len(due)}; their lag "
+              f"(instant → lease held) median {statistics.median(due):.3f}s "
+              f"p99 {percentile(due, 99):.3f}s max {max(due):.3f}s")
     print(f"scheduled instants checked: {ledger.instants()}  "
           f"duplicates: {ledger.duplicates()}  holes: {ledger.holes()}")
 

@@ -1,0 +1,144 @@
+"""Pieces shared by the cluster benchmarks: a no-op lease poller, bulk job creation,
+percentiles, and per-process CPU/RSS/disk readings from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def iso_to_s(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of `values`; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def machine_line() -> str:
+    return (f"machine: {os.cpu_count()} cpus, Python {platform.python_version()}, "
+            f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()}")
+
+
+@dataclass
+class Received:
+    """What the no-op pollers saw: (receipt wall time, scheduled_for, occurrence id) per
+    lease."""
+
+    leases: list[tuple[float, float, str]] = field(default_factory=list)
+    completed: int = 0
+
+    def lags_since(self, start: float, end: float = float("inf")) -> list[float]:
+        return [got - sched for got, sched, _ in self.leases if start <= sched < end]
+
+
+async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[], bool],
+                      seen: Received, headers: dict[str, str], batch: int = 1000,
+                      wait_s: float = 2) -> None:
+    """A worker whose runs do nothing: long-poll leases, complete them at once (batched).
+
+    Fails over between `urls` on errors and non-200 answers."""
+    async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
+        i = 0
+        while not stop():
+            url = urls[i % len(urls)]
+            try:
+                resp = await client.post(f"{url}/v1/leases", json={
+                    "worker_id": name, "queues": [queue], "max": batch, "wait_s": wait_s})
+            except httpx.HTTPError:
+                i += 1
+                await asyncio.sleep(0.05)
+                continue
+            if resp.status_code != 200:
+                i += 1
+                await asyncio.sleep(0.05)
+                continue
+            got = time.time()
+            leases = resp.json()["leases"]
+            if not leases:
+                continue
+            seen.leases.extend((got, iso_to_s(lease["scheduled_for"]), lease["occurrence_id"])
+                               for lease in leases)
+            body = {"worker_id": name, "completions": [
+                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
+                 "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
+            while not stop():
+                try:
+                    r = await client.post(f"{url}/v1/completions", json=body)
+                    if r.status_code == 200:
+                        seen.completed += len(leases)
+                        break
+                except httpx.HTTPError:
+                    pass
+                i += 1
+                url = urls[i % len(urls)]
+                await asyncio.sleep(0.05)
+
+
+async def create_jobs(url: str, headers: dict[str, str], bodies: list[dict[str, Any]],
+                      concurrency: int = 32) -> float:
+    """PUT-create every job body concurrently; returns the seconds it took."""
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+        async def create(body: dict[str, Any]) -> None:
+            async with sem:
+                for _ in range(20):
+                    r = await client.post(f"{url}/v1/jobs", json=body)
+                    if r.status_code == 201:
+                        return
+                    if r.status_code not in (429, 503):
+                        raise RuntimeError(f"creating {body['id']}: {r.status_code} {r.text}")
+                    await asyncio.sleep(0.5)
+                raise RuntimeError(f"creating {body['id']}: gave up")
+
+        t0 = time.time()
+        await asyncio.gather(*(create(b) for b in bodies))
+        return time.time() - t0
+
+
+@dataclass
+class ProcSample:
+    cpu_s: float
+    rss_mb: float
+
+
+def proc_sample(pid: int) -> ProcSample | None:
+    """CPU seconds (user+system) and resident memory of a live process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    rss_kb = next(int(line.split()[1]) for line in status.splitlines()
+                  if line.startswith("VmRSS:"))
+    return ProcSample(cpu, rss_kb / 1024)
+
+
+def dir_mb(path: Path) -> float:
+    """Bytes on disk under `path` (files only), in MB."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total / 1e6

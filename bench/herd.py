@@ -1,0 +1,198 @@
+"""The midnight herd: N jobs due in the same second, raftcron beside APScheduler 3.
+
+    python bench/herd.py [--sizes 100,1000,10000,33000] [--jitter-s 10] [--pollers 4]
+
+raftcron: a fresh three-node cluster per run; N jobs (created in batches of 1,000 well
+before the instant) whose cron names one second, `S M H D Mo *`, so all N are due at that
+instant T. No-op pollers in this process lease (1,000 per call) and complete at once.
+  lease lag   worker receipt of the lease − T (with jitter: − T − the job's jitter offset,
+              the time the run was meant to start)
+  commit lag  the occurrence's claim stamp (`created_at`, the leader's clock when it
+              proposed the claim) − T; negative: claimed ahead of the instant. Every one is
+              committed before its lease, which is granted only after the commit.
+APScheduler 3.11 (AsyncIOScheduler, memory job store, one process, the same machine right
+after): N jobs with a DateTrigger at T; lag = job function start − T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import Received, iso_to_s, machine_line, noop_poller, pct  # noqa: E402
+from raftcron.core.schedule import jitter_offset_ms  # noqa: E402
+from raftcron.testing import LocalCluster  # noqa: E402
+
+QUEUE = "herd"
+BATCH = 1000
+LEAD_S = 15.0  # the herd is due this long after the last job was created
+
+
+@dataclass
+class HerdResult:
+    system: str
+    n: int
+    jitter_s: int
+    received: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    commit_p50_ms: float = float("nan")
+    commit_max_ms: float = float("nan")
+    create_s: float = float("nan")
+
+
+def cron_at(t: float) -> str:
+    d = datetime.fromtimestamp(t, tz=UTC)
+    return f"{d.second} {d.minute} {d.hour} {d.day} {d.month} *"
+
+
+async def batch_create(url: str, headers: dict[str, str], bodies: list[dict[str, Any]]) -> None:
+    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
+        sem = asyncio.Semaphore(4)
+
+        async def one(chunk: list[dict[str, Any]]) -> None:
+            async with sem:
+                for _ in range(30):
+                    r = await client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk})
+                    if r.status_code == 200 and r.json()["created"] == len(chunk):
+                        return
+                    if r.status_code not in (503, 429):
+                        raise RuntimeError(f"batch create: {r.status_code} {r.text[:300]}")
+                    await asyncio.sleep(0.5)
+                raise RuntimeError("batch create: gave up")
+
+        await asyncio.gather(*(one(bodies[i:i + BATCH]) for i in range(0, len(bodies), BATCH)))
+
+
+async def raftcron_herd(n: int, jitter_s: int, pollers: int, create_rate: float) -> HerdResult:
+    with tempfile.TemporaryDirectory() as tmp:
+        c = LocalCluster(Path(tmp))
+        c.start()
+        try:
+            leader = c.wait_leader(timeout=60)
+            t_create = time.time()
+            # Due LEAD_S after creation is expected to end (estimated from the previous run).
+            instant = math.ceil(t_create + n / create_rate + LEAD_S)
+            bodies = [{"id": f"herd-{i:05d}", "queue": QUEUE, "target": {"shell": "true"},
+                       "schedule": {"cron": cron_at(instant), "jitter_s": jitter_s}}
+                      for i in range(n)]
+            await batch_create(c.urls[leader], c.auth_headers(), bodies)
+            created = time.time()
+            create_s = created - t_create
+            if created > instant - 2:
+                raise RuntimeError(f"creating {n} jobs took {create_s:.1f}s: the herd instant "
+                                   "passed; lower the creation rate estimate")
+            seen = Received()
+            offsets = {b["id"]: jitter_offset_ms(b["id"], instant, jitter_s) / 1000
+                       for b in bodies}
+            done_by = instant + jitter_s + 60
+
+            def finished() -> bool:
+                return seen.completed >= n or time.time() > done_by
+
+            urls = [c.urls[leader], *[u for nid, u in c.urls.items() if nid != leader]]
+            worker = c.auth_headers(c.worker_token)
+            await asyncio.gather(*(noop_poller(urls, f"herd-w{i}", QUEUE, finished, seen, worker,
+                                               wait_s=1) for i in range(pollers)))
+            occs = c.occurrences(leader, kind="scheduled")
+            # Lease lag from the moment each run was meant to start: T, plus its jitter.
+            lags = [got - instant - offsets[occ_id.split("@", 1)[0]]
+                    for got, _, occ_id in seen.leases]
+            commit = [iso_to_s(o["created_at"]) - instant for o in occs]
+            return HerdResult("raftcron", n, jitter_s, len(seen.leases),
+                              pct(lags, 0.5) * 1000, pct(lags, 0.99) * 1000,
+                              max(lags, default=float("nan")) * 1000,
+                              pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
+                              create_s)
+        finally:
+            c.close()
+
+
+async def apscheduler_herd(n: int) -> HerdResult:
+    """The same herd on APScheduler 3: N DateTrigger jobs at one instant, in memory."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.triggers.date import DateTrigger
+
+    lags: list[float] = []
+    instant = math.ceil(time.time() + 3 + n / 20_000)
+    all_started = asyncio.Event()
+
+    async def job() -> None:
+        lags.append(time.time() - instant)
+        if len(lags) == n:
+            all_started.set()
+
+    scheduler = AsyncIOScheduler(timezone=UTC, job_defaults={
+        "misfire_grace_time": None, "coalesce": False, "max_instances": 1})
+    run_date = datetime.fromtimestamp(instant, tz=UTC)
+    for i in range(n):
+        scheduler.add_job(job, DateTrigger(run_date=run_date), id=f"herd-{i:05d}")
+    scheduler.start()
+    try:
+        await asyncio.wait_for(all_started.wait(), timeout=instant - time.time() + 120)
+    finally:
+        scheduler.shutdown(wait=False)
+    return HerdResult("apscheduler", n, 0, len(lags), pct(lags, 0.5) * 1000,
+                      pct(lags, 0.99) * 1000, max(lags) * 1000)
+
+
+def run_all(sizes: list[int], jitter_s: int, pollers: int) -> list[HerdResult]:
+    results: list[HerdResult] = []
+    create_rate = 2000.0  # jobs/s; replaced by each run's measured rate
+    for n in sizes:
+        for jitter in (0, jitter_s):
+            r = asyncio.run(raftcron_herd(n, jitter, pollers, create_rate))
+            create_rate = max(200.0, 0.7 * n / r.create_s) if n >= 1000 else create_rate
+            print(f"raftcron    N={n:>6} jitter={jitter:>2}s  lease lag p50 {r.p50_ms:8.0f} "
+                  f"p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit p50 "
+                  f"{r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
+                  f"({r.received}/{n} leased, created in {r.create_s:.1f}s)", flush=True)
+            results.append(r)
+        a = asyncio.run(apscheduler_herd(n))
+        print(f"apscheduler N={n:>6}            start lag p50 {a.p50_ms:8.0f} "
+              f"p99 {a.p99_ms:8.0f} max {a.max_ms:8.0f} ms", flush=True)
+        results.append(a)
+    return results
+
+
+def table(results: list[HerdResult]) -> str:
+    lines = ["| N | system | jitter | received | lag p50 ms | lag p99 ms | lag max ms | "
+             "claim stamp − T p50 / max ms | p99 ratio raftcron/APScheduler |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    aps = {r.n: r for r in results if r.system == "apscheduler"}
+    for r in results:
+        ratio = (f"{r.p99_ms / aps[r.n].p99_ms:.2f}"
+                 if r.system == "raftcron" and r.n in aps and not r.jitter_s else "")
+        commit = (f"{r.commit_p50_ms:.0f} / {r.commit_max_ms:.0f}"
+                  if r.system == "raftcron" else "")
+        lines.append(f"| {r.n:,} | {r.system} | {r.jitter_s}s | {r.received:,} | "
+                     f"{r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.max_ms:.0f} | {commit} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100,1000,10000,33000")
+    p.add_argument("--jitter-s", type=int, default=10)
+    p.add_argument("--pollers", type=int, default=4)
+    args = p.parse_args()
+    print(machine_line())
+    results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.pollers)
+    print(table(results))
+    print([asdict(r) for r in results])
+
+
+if __name__ == "__main__":
+    main()

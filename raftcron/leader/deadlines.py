@@ -38,6 +38,7 @@ from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
 from raftcron.core.identity import scheduled_occurrence_id
 from raftcron.core.model import Job
 from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.state.db import ThreadReader
 
 log = logging.getLogger("raftcron.deadlines")
 
@@ -126,18 +127,18 @@ class Deadlines:
 
     async def run(self) -> None:
         await asyncio.sleep(START_DELAY_S)  # let the ticker claim what is due first
-        conn = self.open_reader()
+        reader = ThreadReader(self.open_reader, "deadlines")
         try:
             while True:
                 if self.gate():  # a fast clock would declare runs missed too early
-                    await self.check_once(conn)
+                    await self.check_once(reader)
                 await asyncio.sleep(PERIOD_S)
         finally:
-            conn.close()
+            reader.close()
 
-    async def check_once(self, conn: sqlite3.Connection) -> None:
+    async def check_once(self, reader: ThreadReader) -> None:
         now = self.clock()
-        commands, cursors = await asyncio.to_thread(self._plan, conn, now)
+        commands, cursors = await reader.run(self._plan, now)
         for cmd in commands:
             await self._propose(cmd)
         self.cursor.update(cursors)

@@ -35,6 +35,7 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import AckOutbox
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.state.db import ThreadReader
 
 log = logging.getLogger("raftcron.outbox")
 
@@ -116,11 +117,11 @@ class OutboxDelivery:
     async def run(self) -> None:
         own = self.client is None
         client = self.client or httpx.AsyncClient(timeout=TIMEOUT_S)
-        conn = self.open_reader()
+        reader = ThreadReader(self.open_reader, "outbox")
         try:
             while True:
                 self.wakeup.clear()
-                rows = await asyncio.to_thread(self._pending, conn)
+                rows = await reader.run(self._pending)
                 mono = time.monotonic()
                 due = [r for r in rows if self.next_try.get(r.id, 0.0) <= mono]
                 for i in range(0, len(due), PARALLEL):
@@ -131,7 +132,7 @@ class OutboxDelivery:
                     except TimeoutError:
                         pass
         finally:
-            conn.close()
+            reader.close()
             if own:
                 await client.aclose()
 

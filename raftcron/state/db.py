@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 META_LAST_APPLIED = "last_applied_index"
 META_EPOCH = "epoch"
@@ -88,3 +94,37 @@ def set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
 
 def last_applied(conn: sqlite3.Connection) -> int:
     return get_meta(conn, META_LAST_APPLIED)
+
+
+class ThreadReader:
+    """A read connection owned by one worker thread, for duties that query off the event loop.
+
+    Every query and the final close run on that thread, in order. With `asyncio.to_thread`
+    and a connection closed in the task's `finally`, cancelling the task (leadership lost)
+    closed the connection while the worker thread was still inside a query on it: a
+    use-after-free in SQLite that killed the node with SIGSEGV (found by the soak).
+    """
+
+    def __init__(self, open_reader: Callable[[], sqlite3.Connection], name: str) -> None:
+        self._open = open_reader
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._conn: sqlite3.Connection | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(conn, *args)` on the reader's thread."""
+        return await asyncio.wrap_future(self._pool.submit(self._call, fn, args))
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        if self._conn is None:
+            self._conn = self._open()
+        return fn(self._conn, *args)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        """Close after whatever is running or queued; does not wait."""
+        self._pool.submit(self._close)
+        self._pool.shutdown(wait=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -82,6 +83,7 @@ class Node:
         self.raft = RaftNode(
             config.raft_addr, [p.raft_addr for p in config.peers], self.machine,
             config.data_dir, password, self.apply_lock, config.raft_overrides,
+            db_path=config.db_path,
         )
         self.raft.on_members_changed = self._members_changed
         self.proposer: Proposer | None = None
@@ -406,6 +408,9 @@ def retention_of(config: NodeConfig) -> float | None:
 
 
 def run_node(config: NodeConfig) -> None:
+    # A crash in native code (SQLite, the TLS or crypto libraries) leaves every thread's
+    # Python stack in the log instead of a bare exit status.
+    faulthandler.enable()
     node = Node(config)
     try:
         asyncio.run(node.serve())

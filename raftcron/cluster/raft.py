@@ -18,6 +18,7 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as raft_pickle
 from pysyncobj.node import TCPNode
+from pysyncobj.serializer import SERIALIZER_STATE
 
 from raftcron.cluster import durability, membership
 from raftcron.core.commands import UndecodableCommand
@@ -65,24 +66,87 @@ def _fatal(message: str) -> None:
 
 
 class SnapshotStore:
-    """Custom pysyncobj serializer/deserializer over the state DB."""
+    """Custom pysyncobj serializer/deserializer over the state DB.
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock) -> None:
+    Taking a snapshot must not stall the Raft thread: a SQLite backup of a few hundred MB
+    takes seconds, long enough for followers to elect someone else (measured in the soak:
+    the leader stepped down at every compaction). So `serialize`, called on the Raft thread
+    between two applies, only pins a read transaction on a fresh connection - the exact
+    state at the applied index it is asked to snapshot - and a background thread copies that
+    pinned state into the snapshot file. `check` (pysyncobj's serializeChecker) reports the
+    copy in progress; pysyncobj drops journal entries only after it reports success, and does
+    not transmit the snapshot file to a follower meanwhile. A crash mid-copy leaves the
+    previous snapshot and the whole journal.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock,
+                 db_path: str | None = None) -> None:
         self.conn = conn
         self.lock = lock
+        self.db_path = db_path
+        self._state = SERIALIZER_STATE.NOT_SERIALIZING
+        self._copier: threading.Thread | None = None
+        self._installs = 0  # bumped by every snapshot installed from the leader
 
     def serialize(self, tmp_path: str, raft_meta: Any) -> None:
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
-        dst = sqlite3.connect(tmp_path)
-        try:
+        final_path = tmp_path.removesuffix(".tmp")
+        if self.db_path is None:  # no file to pin a reader on: copy right here
             with self.lock:
-                self.conn.backup(dst)
+                self._copy_now(self.conn, tmp_path, raft_meta)
+            self._state = SERIALIZER_STATE.SUCCESS
+            return
+        reader = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True,
+                                 isolation_level=None, check_same_thread=False)
+        with self.lock:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM meta").fetchone()  # pins this state
+        self._state = SERIALIZER_STATE.SERIALIZING
+        installs = self._installs
+        self._copier = threading.Thread(
+            target=self._copy_in_background, args=(reader, final_path, raft_meta, installs),
+            name="snapshot-copy", daemon=True)
+        self._copier.start()
+        # pysyncobj now renames `tmp_path` over the snapshot: it does not exist, so that
+        # fails harmlessly and the previous snapshot stays until the copy replaces it.
+
+    def _copy_now(self, src: sqlite3.Connection, path: str, raft_meta: Any) -> None:
+        if os.path.exists(path):
+            os.unlink(path)
+        dst = sqlite3.connect(path)
+        try:
+            src.backup(dst)
             dst.execute("CREATE TABLE IF NOT EXISTS _raft (meta BLOB NOT NULL)")
             dst.execute("INSERT INTO _raft (meta) VALUES (?)", (raft_pickle.dumps(raft_meta),))
             dst.commit()
         finally:
             dst.close()
+
+    def _copy_in_background(self, reader: sqlite3.Connection, final_path: str,
+                            raft_meta: Any, installs: int) -> None:
+        try:
+            self._copy_now(reader, final_path + ".copy", raft_meta)
+            reader.close()
+            if self._installs != installs:
+                # A newer snapshot arrived from the leader meanwhile: ours is stale.
+                os.unlink(final_path + ".copy")
+                self._state = SERIALIZER_STATE.FAILED
+                return
+            durability.durable_replace(final_path + ".copy", final_path)
+            self._state = SERIALIZER_STATE.SUCCESS
+        except Exception:  # noqa: BLE001 - a failed snapshot is retried by pysyncobj
+            log.exception("snapshot copy failed")
+            self._state = SERIALIZER_STATE.FAILED
+        finally:
+            reader.close()
+
+    def check(self) -> int:
+        """pysyncobj's serializeChecker: SUCCESS or FAILED are reported once."""
+        state = self._state
+        if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+            self._state = SERIALIZER_STATE.NOT_SERIALIZING
+        return state
 
     def deserialize(self, path: str) -> Any:
         src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -90,6 +154,7 @@ class SnapshotStore:
             meta = raft_pickle.loads(src.execute("SELECT meta FROM _raft").fetchone()[0])
             snap_index = get_meta(src, "last_applied_index")
             with self.lock:
+                self._installs += 1
                 if snap_index > get_meta(self.conn, "last_applied_index"):
                     log.warning("installing snapshot at index %d", snap_index)
                     src.backup(self.conn)
@@ -130,17 +195,19 @@ class RaftNode(SyncObj):
         apply_lock: threading.Lock,
         extra_conf: dict[str, Any] | None = None,
         durable: bool = True,
+        db_path: str | None = None,
     ) -> None:
         self._machine = machine
         self._apply_lock = apply_lock
         self.on_members_changed: Callable[[], None] | None = None
-        self._store = SnapshotStore(machine.conn, apply_lock)
+        self._store = SnapshotStore(machine.conn, apply_lock, db_path)
         conf = SyncObjConf(
             password=password,
             journalFile=os.path.join(data_dir, "raft.journal"),
             fullDumpFile=os.path.join(data_dir, "raft.snapshot"),
             serializer=self._store.serialize,
             deserializer=self._store.deserialize,
+            serializeChecker=self._store.check,
             **{**RAFT_TUNING, **(extra_conf or {})},
         )
         if durable:

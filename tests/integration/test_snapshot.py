@@ -54,3 +54,77 @@ def test_an_older_snapshot_never_replaces_newer_state(tmp_path: Path) -> None:
     SnapshotStore(newer.conn, threading.Lock()).deserialize(str(snap))
     assert digest(newer.conn) == before
     assert last_applied(newer.conn) == 8
+
+
+def wait_check(store: SnapshotStore) -> int:
+    """The first state other than SERIALIZING that the serializeChecker reports."""
+    import time
+
+    from pysyncobj.serializer import SERIALIZER_STATE
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = store.check()
+        if state != SERIALIZER_STATE.SERIALIZING:
+            return state
+        time.sleep(0.01)
+    raise AssertionError("snapshot copy did not finish")
+
+
+def test_background_snapshot_holds_the_state_at_the_serialize_call(tmp_path: Path) -> None:
+    from pysyncobj.serializer import SERIALIZER_STATE
+
+    db = tmp_path / "live.db"
+    m = build(db, 50)
+    at_serialize = digest(m.conn)
+    lock = threading.Lock()
+    store = SnapshotStore(m.conn, lock, str(db))
+    final = tmp_path / "raft.snapshot"
+    store.serialize(str(final) + ".tmp", META)
+    # The Raft thread goes on applying while the copy runs.
+    late = parse_job({"id": "late", "schedule": {"cron": "* * * * *"},
+                      "target": {"shell": "true"}}).to_spec()
+    with lock:
+        assert m.apply(last_applied(m.conn) + 1, c.PutJob("late", 3000, late, True))["ok"]
+    assert wait_check(store) == SERIALIZER_STATE.SUCCESS
+    assert store.check() == SERIALIZER_STATE.NOT_SERIALIZING  # reported once
+    assert not (tmp_path / "raft.snapshot.tmp").exists()
+    restored = open_writer(str(tmp_path / "restored.db"))
+    assert SnapshotStore(restored, threading.Lock()).deserialize(str(final)) == META
+    assert digest(restored) == at_serialize != digest(m.conn)
+    assert last_applied(restored) == last_applied(m.conn) - 1
+
+
+class SlowCopy(SnapshotStore):
+    """Holds the background copy until `go` is set, so a test can act while it runs."""
+
+    go = threading.Event()
+
+    def _copy_now(self, src, path, raft_meta):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "snapshot-copy":
+            assert self.go.wait(10)
+        super()._copy_now(src, path, raft_meta)
+
+
+def test_a_snapshot_installed_during_the_copy_wins(tmp_path: Path) -> None:
+    from pysyncobj.serializer import SERIALIZER_STATE
+
+    db = tmp_path / "live.db"
+    m = build(db, 3)
+    store = SlowCopy(m.conn, threading.Lock(), str(db))
+    final = tmp_path / "raft.snapshot"
+    newer = build(tmp_path / "newer.db", 8)
+    SnapshotStore(newer.conn, threading.Lock()).serialize(str(tmp_path / "incoming"), META)
+    store.serialize(str(final) + ".tmp", META)
+    assert store.check() == SERIALIZER_STATE.SERIALIZING
+    # The leader's snapshot arrives (pysyncobj renames it into place, then deserializes).
+    (tmp_path / "incoming").replace(final)
+    store.deserialize(str(final))
+    store.go.set()
+    assert wait_check(store) == SERIALIZER_STATE.FAILED
+    assert not (tmp_path / "raft.snapshot.copy").exists()
+    # the installed snapshot is still the one on disk, and it is what was installed
+    assert digest(m.conn) == digest(newer.conn)
+    restored = open_writer(str(tmp_path / "check.db"))
+    SnapshotStore(restored, threading.Lock()).deserialize(str(final))
+    assert digest(restored) == digest(newer.conn)

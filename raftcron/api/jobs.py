@@ -20,6 +20,7 @@ from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrenc
 
 MAX_PAGE = 500
 MAX_BATCH_CREATE = 1000
+CREATE_JOBS_CHUNK = 250
 MAX_BACKFILL = 10_000
 BACKFILL_CHUNK = 1000
 
@@ -134,16 +135,25 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
             raise ValidationError(f"jobs[{i}].{e.field}", e.message) from None
     for job in jobs:
         require_tenant_write(request, job.tenant)
-    result = await ctx.propose(c.CreateJobs(request_id(request), now_ms(),
-                                            [job.to_spec() for job in jobs]))
+    # Entries of at most CREATE_JOBS_CHUNK jobs, one after another: each apply stays short
+    # (it runs on the Raft thread, which must keep sending heartbeats). A retry with the same
+    # Idempotency-Key gets each chunk's stored result rather than creating anything twice.
+    rid = request_id(request)
+    applied: list[dict[str, Any]] = []
+    for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
+        chunk = jobs[k:k + CREATE_JOBS_CHUNK]
+        result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", now_ms(),
+                                                [job.to_spec() for job in chunk]))
+        applied += result["results"]
     results = []
-    for job, r in zip(jobs, result["results"], strict=True):
+    for job, r in zip(jobs, applied, strict=True):
         if r["ok"]:
             results.append({"id": job.id, "created": True, "version": r["version"]})
         else:
             results.append({"id": job.id, "created": False, "error": {
                 "code": r["rejected"], "message": r["message"], "field": r.get("field")}})
-    return JSONResponse({"created": result["created"], "results": results})
+    return JSONResponse({"created": sum(1 for r in results if r["created"]),
+                         "results": results})
 
 
 async def list_jobs(request: Request) -> JSONResponse:

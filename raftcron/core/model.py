@@ -6,8 +6,9 @@ stored as its canonical JSON (`Job.to_spec()`), which is what travels in command
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -70,8 +71,13 @@ class Job:
         return replace(self, version=version)
 
     def to_spec(self) -> dict[str, Any]:
-        """Canonical dict form (times as epoch ms), used inside commands and the DB."""
-        d = asdict(self)
+        """Canonical dict form (times as epoch ms), used inside commands and the DB.
+
+        Written out field by field: `dataclasses.asdict` (a deepcopy per field) made a
+        1,000-job CreateJobs apply take a quarter of a second on the Raft thread."""
+        d = {name: getattr(self, name) for name in _JOB_FIELDS}
+        d["schedule"] = {name: getattr(self.schedule, name) for name in _SCHEDULE_FIELDS}
+        d["target"] = copy.deepcopy(self.target)
         d["notify"] = list(self.notify)
         return d
 
@@ -89,6 +95,10 @@ class Job:
         sched["start_at"] = ms_to_iso(sched.pop("start_at_ms"))
         sched["end_at"] = ms_to_iso(sched.pop("end_at_ms"))
         return d
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule))
 
 
 def _int(data: dict[str, Any], key: str, default: int | None, lo: int, hi: int,

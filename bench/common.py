@@ -126,10 +126,12 @@ def proc_sample(pid: int) -> ProcSample | None:
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None  # exited (a zombie until its parent reaps it)
     cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    rss_kb = next(int(line.split()[1]) for line in status.splitlines()
-                  if line.startswith("VmRSS:"))
-    return ProcSample(cpu, rss_kb / 1024)
+    rss_kb = next((int(line.split()[1]) for line in status.splitlines()
+                   if line.startswith("VmRSS:")), None)
+    return None if rss_kb is None else ProcSample(cpu, rss_kb / 1024)
 
 
 def dir_mb(path: Path) -> float:

@@ -22,6 +22,7 @@ import math
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,9 +64,12 @@ async def batch_create(url: str, headers: dict[str, str], bodies: list[dict[str,
         sem = asyncio.Semaphore(4)
 
         async def one(chunk: list[dict[str, Any]]) -> None:
+            # A retry after an unknown outcome (503) must not create twice: same key.
+            key = {"Idempotency-Key": uuid.uuid4().hex}
             async with sem:
                 for _ in range(30):
-                    r = await client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk})
+                    r = await client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk},
+                                          headers=key)
                     if r.status_code == 200 and r.json()["created"] == len(chunk):
                         return
                     if r.status_code not in (503, 429):
@@ -76,15 +80,22 @@ async def batch_create(url: str, headers: dict[str, str], bodies: list[dict[str,
         await asyncio.gather(*(one(bodies[i:i + BATCH]) for i in range(0, len(bodies), BATCH)))
 
 
-async def raftcron_herd(n: int, jitter_s: int, pollers: int, create_rate: float) -> HerdResult:
+async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
         c.start()
         try:
             leader = c.wait_leader(timeout=60)
+            # Calibrate: time one paused batch (never due), then give the herd's creation
+            # twice the time that rate predicts, plus LEAD_S.
+            t_cal = time.time()
+            await batch_create(c.urls[leader], c.auth_headers(), [
+                {"id": f"calibrate-{i:04d}", "queue": "calibrate", "paused": True,
+                 "target": {"shell": "true"}, "schedule": {"cron": "0 0 1 1 *"}}
+                for i in range(min(n, BATCH))])
+            create_rate = min(n, BATCH) / (time.time() - t_cal)
             t_create = time.time()
-            # Due LEAD_S after creation is expected to end (estimated from the previous run).
-            instant = math.ceil(t_create + n / create_rate + LEAD_S)
+            instant = math.ceil(t_create + 2 * n / create_rate + LEAD_S)
             bodies = [{"id": f"herd-{i:05d}", "queue": QUEUE, "target": {"shell": "true"},
                        "schedule": {"cron": cron_at(instant), "jitter_s": jitter_s}}
                       for i in range(n)]
@@ -92,8 +103,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, create_rate: float)
             created = time.time()
             create_s = created - t_create
             if created > instant - 2:
-                raise RuntimeError(f"creating {n} jobs took {create_s:.1f}s: the herd instant "
-                                   "passed; lower the creation rate estimate")
+                raise RuntimeError(f"creating {n} jobs took {create_s:.1f}s: too close to the "
+                                   "herd instant (the machine is busy?)")
             seen = Received()
             offsets = {b["id"]: jitter_offset_ms(b["id"], instant, jitter_s) / 1000
                        for b in bodies}
@@ -150,11 +161,9 @@ async def apscheduler_herd(n: int) -> HerdResult:
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int) -> list[HerdResult]:
     results: list[HerdResult] = []
-    create_rate = 2000.0  # jobs/s; replaced by each run's measured rate
     for n in sizes:
         for jitter in (0, jitter_s):
-            r = asyncio.run(raftcron_herd(n, jitter, pollers, create_rate))
-            create_rate = max(200.0, 0.7 * n / r.create_s) if n >= 1000 else create_rate
+            r = asyncio.run(raftcron_herd(n, jitter, pollers))
             print(f"raftcron    N={n:>6} jitter={jitter:>2}s  lease lag p50 {r.p50_ms:8.0f} "
                   f"p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit p50 "
                   f"{r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "

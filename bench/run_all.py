@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     def do_steady() -> str:
         ns = argparse.Namespace(jobs=cfg["steady_jobs"], minutes=cfg["steady_min"],
                                 retention="off", sample_s=15 if args.quick else 30,
-                                pollers=2, out=str(out), name="steady")
+                                pollers=2, out=str(out), name="steady", keep=None)
         text = asyncio.run(soak.run(ns))
         lag = next(ln for ln in text.splitlines() if "whole soak" in ln)
         p99 = float(lag.split("|")[2].split("/")[1])

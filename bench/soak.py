@@ -81,6 +81,8 @@ async def sampler(c: LocalCluster, seen: Received, t0: float, period: float,
             s = proc_sample(proc.pid)
             prev = last_cpu.get(nid)
             if s is None:
+                print(f"node {nid} exited with {proc.poll()}: see {c.root / nid}.log",
+                      flush=True)
                 continue
             rss[nid] = s.rss_mb
             cpu[nid] = 100 * (s.cpu_s - prev.cpu_s) / (now - last_t) if prev else float("nan")
@@ -206,7 +208,8 @@ async def run(args: argparse.Namespace) -> str:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        c = LocalCluster(Path(tmp))
+        root = Path(args.keep) if args.keep else Path(tmp)
+        c = LocalCluster(root)
         c.start()
         try:
             leader = c.wait_leader(timeout=30)
@@ -251,6 +254,7 @@ def main() -> None:
     p.add_argument("--pollers", type=int, default=2)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--name", default="soak", help="file names of the results: NAME.md/.png")
+    p.add_argument("--keep", help="run the cluster in this directory and keep it (logs)")
     asyncio.run(run(p.parse_args()))
 
 

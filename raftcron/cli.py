@@ -240,7 +240,52 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
                [(args.job_id, "deleted")], ("id", "state"))
     elif action == "backfill":
         _backfill(args, client)
+    elif action == "import":
+        return _import(args, client)
     return 0
+
+
+def _import(args: argparse.Namespace, client: Any) -> int:
+    """Create every job of a JSON file (a list of job objects, or {"jobs": [...]}) through
+    POST /v1/jobs:batchCreate, 1,000 per request (a retry after a 503 carries the same
+    Idempotency-Key). Jobs that already exist are counted and left as they are, so an
+    interrupted import is simply run again. Exit 1 if any job was refused."""
+    import uuid
+
+    from raftcron.client import ApiError
+
+    with open(args.file) as f:
+        data = json.load(f)
+    jobs = data.get("jobs") if isinstance(data, dict) else data
+    if not isinstance(jobs, list) or not jobs:
+        raise UsageError(f"{args.file} must hold a non-empty JSON list of jobs "
+                         '(or {"jobs": [...]})')
+    created, existing, refused = 0, 0, []
+    for k in range(0, len(jobs), 1000):
+        chunk = jobs[k:k + 1000]
+        try:
+            out = client.request("POST", "/v1/jobs:batchCreate", json={"jobs": chunk},
+                                 headers={"Idempotency-Key": f"import-{uuid.uuid4().hex}"},
+                                 retries=5)
+        except ApiError as e:
+            if e.field and e.field.startswith("jobs["):  # name the job in the whole file
+                index, _, rest = e.field[5:].partition("]")
+                e.field = f"jobs[{k + int(index)}]{rest}"
+            raise
+        for r in out["results"]:
+            if r["created"]:
+                created += 1
+            elif r["error"]["code"] == "already_exists":
+                existing += 1
+            else:
+                refused.append(f"{r['id']}: {r['error']['message']}")
+        print(f"{min(k + 1000, len(jobs))}/{len(jobs)} jobs sent", file=sys.stderr)
+    _print(args, {"created": created, "already_existed": existing, "refused": refused},
+           [(str(created), str(existing), str(len(refused)))],
+           ("created", "already existed", "refused"))
+    for line in refused:
+        print(f"refused {line}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def _backfill(args: argparse.Namespace, client: Any) -> None:
@@ -371,12 +416,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     jp = sub.add_parser("job", help="manage jobs through the API")
     jsub = jp.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    for name in ("add", "list", "show", "edit", "pause", "resume", "trigger", "rm", "backfill"):
+    for name in ("add", "list", "show", "edit", "pause", "resume", "trigger", "rm", "backfill",
+                 "import"):
         a = jsub.add_parser(name)
         a.add_argument("--server", default=DEFAULT_SERVER)
         a.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
         a.add_argument("--json", action="store_true")
-        if name != "list":
+        if name == "import":
+            a.add_argument("file", help="JSON list of job objects (POST /v1/jobs bodies)")
+        elif name != "list":
             a.add_argument("job_id")
         if name in ("add", "edit"):
             a.add_argument("--file", help="job JSON")

@@ -156,6 +156,11 @@ class LocalCluster:
     def wait_leader(self, timeout: float = 20, among: list[str] | None = None) -> str:
         return wait_until(lambda: self.leader(among), timeout, message="a leader with duties")
 
+    def wait_serving(self, timeout: float = 30) -> None:
+        """Until every running node answers HTTP (a follower may bind after the election)."""
+        wait_until(lambda: all(self.cluster_view(n) is not None for n in self.procs), timeout,
+                   message="every node answering HTTP")
+
     def followers(self) -> list[str]:
         leader = self.leader()
         return [n for n in self.procs if n != leader]

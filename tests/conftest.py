@@ -15,6 +15,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path)
     c.start()
     c.wait_leader(timeout=30)
+    c.wait_serving()
     try:
         yield c
     finally:

@@ -145,6 +145,40 @@ def test_job_backfill_prints_a_summary_on_stderr(cli: tuple[LocalCluster, str]) 
     assert json.loads(as_json.stdout)["occurrence_ids"] == listed[1:]
 
 
+def test_job_import_creates_each_job_once_and_reruns_harmlessly(
+        cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
+    c, server = cli
+    jobs = [{"id": f"imp-{i}", "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
+             "target": {"shell": "true"}} for i in range(3)]
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    first = raftcron("job", "import", str(path), "--server", server, "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == {"created": 3, "already_existed": 0, "refused": []}
+    again = raftcron("job", "import", str(path), "--server", server, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"created": 0, "already_existed": 3, "refused": []}
+    listed = c.get(next(iter(c.procs)), "/v1/jobs", params={"consistent": "true"})["jobs"]
+    assert sorted(j["id"] for j in listed if j["id"].startswith("imp-")) == [
+        "imp-0", "imp-1", "imp-2"]
+
+
+def test_job_import_of_an_invalid_job_exits_2_naming_it(
+        cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
+    _, server = cli
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"id": "imp-ok", "schedule": {"cron": "* * * * *"},
+                                 "target": {"shell": "true"}},
+                                {"id": "imp-bad", "schedule": {"cron": "99 * * * *"},
+                                 "target": {"shell": "true"}}]))
+    out = raftcron("job", "import", str(path), "--server", server)
+    assert out.returncode == 2
+    assert "jobs[1].schedule.cron" in one_line(out.stderr)
+    not_json = tmp_path / "x.json"
+    not_json.write_text("{")
+    assert raftcron("job", "import", str(not_json), "--server", server).returncode == 2
+
+
 def test_status_shows_the_node_and_its_peers(cli: tuple[LocalCluster, str]) -> None:
     c, server = cli
     out = raftcron("status", "--server", server)

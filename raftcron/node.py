@@ -206,7 +206,12 @@ class Node:
             # This node's clock minus the leader's, as committed (plus replication delay).
             sent_ms: int = cmd.now_ms  # type: ignore[attr-defined]
             self.metrics.skew_ms = int(time.time() * 1000) - sent_ms
-        loop.call_soon_threadsafe(self._handle_applied, cmd, result)
+        try:
+            loop.call_soon_threadsafe(self._handle_applied, cmd, result)
+        except RuntimeError:
+            # The event loop is closed: the node is shutting down (SIGTERM) while the Raft
+            # thread still applies. The entry is committed; there is no one left to notify.
+            pass
 
     def _handle_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
         if isinstance(cmd, c.BeginEpoch):

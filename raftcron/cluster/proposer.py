@@ -49,7 +49,10 @@ class Proposer:
                 if not fut.done():
                     fut.set_result((result, err))
 
-            self.loop.call_soon_threadsafe(settle)
+            try:
+                self.loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop closed (shutting down): nobody awaits this
+                pass
 
         self.raft.submit(data, callback=done)
         return fut

@@ -13,6 +13,7 @@ cluster.raft) rather than continue with a state the others may not have.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAS
 
 Handler = Callable[[ApplyContext, Any], dict[str, Any]]
 Listener = Callable[[c.Command, dict[str, Any]], None]
+
+log = logging.getLogger("raftcron.machine")
 
 
 def _begin_epoch(ctx: ApplyContext, cmd: c.BeginEpoch) -> dict[str, Any]:
@@ -109,7 +112,10 @@ class StateMachine:
             conn.execute("ROLLBACK")
             raise
         if self.listener is not None:
-            self.listener(cmd, result)
+            try:
+                self.listener(cmd, result)
+            except Exception:  # noqa: BLE001 - the entry is committed; a hook must not stop us
+                log.exception("listener failed after applying index %d", index)
         return result
 
     def _dispatch(self, ctx: ApplyContext, cmd: c.Command) -> dict[str, Any]:

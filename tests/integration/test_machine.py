@@ -1030,3 +1030,14 @@ def test_unique_scheduled_index_is_enforced_by_the_database(led):
             "dispatch_at_ms, job_version, status, epoch, created_ms) "
             "VALUES ('other', 'j', 'default', 'default', 'scheduled', ?, 0, 1, 'pending', 1, 0)",
             (T0 + MIN,))
+
+
+def test_a_failing_listener_does_not_fail_the_committed_apply(tmp_path):
+    def listener(cmd, result):
+        raise RuntimeError("Event loop is closed")  # what a node shutting down used to hit
+
+    m = StateMachine(open_writer(str(tmp_path / "l.db")), listener=listener)
+    assert m.apply(1, c.BeginEpoch(1, "n1", T0))["ok"]
+    assert last_applied(m.conn) == 1
+    assert m.apply(2, c.PutJob("r", T0, spec("j"), True))["ok"]
+    assert m.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1

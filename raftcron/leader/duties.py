@@ -77,9 +77,13 @@ class LeaderDuties:
             self._tasks.append(task)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        if self.stopped or task.cancelled():
+        if task.cancelled():
             return
-        exc = task.exception()
+        exc = task.exception()  # always retrieved: no "exception was never retrieved" noise
+        if self.stopped:
+            # Leadership already lost: its last proposals failing is expected.
+            log.info("leader duty %s stopped: %r", task.get_name(), exc)
+            return
         log.warning("leader duty %s ended: %r", task.get_name(), exc)
         self.stop()
         self._on_exit(self, exc)

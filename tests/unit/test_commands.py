@@ -19,6 +19,7 @@ JOB_SPEC = {
 SAMPLES: list[c.Command] = [
     c.PutJob(request_id="r1", now_ms=1, job=JOB_SPEC, create=True),
     c.PutJob(request_id="r2", now_ms=2, job=JOB_SPEC, create=False, expected_version=4),
+    c.CreateJobs(request_id="r3", now_ms=3, jobs=[JOB_SPEC, {**JOB_SPEC, "id": "other"}]),
     c.DeleteJob(request_id="r3", now_ms=3, job_id="j1", expected_version=2),
     c.DeleteJob(request_id="r3b", now_ms=3, job_id="j1"),
     c.PauseJob(request_id="r4", now_ms=4, job_id="j1"),

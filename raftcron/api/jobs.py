@@ -132,7 +132,8 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         try:
             jobs.append(parse_job(item))
         except ValidationError as e:
-            raise ValidationError(f"jobs[{i}].{e.field}", e.message) from None
+            field = f"jobs[{i}]" if e.field == "body" else f"jobs[{i}].{e.field}"
+            raise ValidationError(field, e.message) from None
     for job in jobs:
         require_tenant_write(request, job.tenant)
     # Entries of at most CREATE_JOBS_CHUNK jobs, one after another: each apply stays short

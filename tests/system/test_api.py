@@ -248,6 +248,7 @@ def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> Non
     ({"jobs": [job_body("bcv-ok"), job_body("bcv-bad", cron="61 * * * *")]},
      "jobs[1].schedule.cron"),
     ({"jobs": []}, "jobs"),
+    ({"jobs": [job_body("bcv-ok"), 7]}, "jobs[1]"),
     ({"jobs": "nope"}, "jobs"),
     ({"jobs": [job_body(f"bcv-{i}") for i in range(1001)]}, "jobs"),
     ([], "jobs"),

@@ -25,7 +25,7 @@ import pysyncobj.serializer as ps
 _installed = False
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -38,7 +38,7 @@ def durable_replace(src: str, dst: str) -> bool:
     with open(src, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(src, dst)
-    _fsync_dir(dst)
+    fsync_dir(dst)
     return True
 
 
@@ -49,7 +49,7 @@ def _durable_store_meta(self: Any, meta: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     shutil.move(path + ".tmp", path)
-    _fsync_dir(path)
+    fsync_dir(path)
 
 
 def install_module_patches() -> None:

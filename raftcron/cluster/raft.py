@@ -8,10 +8,12 @@ one copies it into the live database only when it is newer than what we have.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +67,9 @@ def _fatal(message: str) -> None:
     os._exit(70)
 
 
+FAILURE_BACKOFF_S = 30.0
+
+
 class SnapshotStore:
     """Custom pysyncobj serializer/deserializer over the state DB.
 
@@ -86,30 +91,48 @@ class SnapshotStore:
         self.db_path = db_path
         self._state = SERIALIZER_STATE.NOT_SERIALIZING
         self._copier: threading.Thread | None = None
+        self._copied: tuple[str, int] | None = None  # (final path, installs) once written
         self._installs = 0  # bumped by every snapshot installed from the leader
+        self._failed_at = -FAILURE_BACKOFF_S
 
     def serialize(self, tmp_path: str, raft_meta: Any) -> None:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
+        """On the Raft thread. Never raises: any failure is reported FAILED by `check`, or
+        pysyncobj would stop compacting (and sending snapshots) for good."""
         final_path = tmp_path.removesuffix(".tmp")
-        if self.db_path is None:  # no file to pin a reader on: copy right here
+        reader: sqlite3.Connection | None = None
+        try:
+            if os.path.exists(tmp_path):
+                os.unlink(tmp_path)  # pysyncobj's own rename of it then fails harmlessly
+            if time.monotonic() - self._failed_at < FAILURE_BACKOFF_S:
+                self._state = SERIALIZER_STATE.FAILED  # do not retry a failure every tick
+                return
+            if self.db_path is None:  # no file to pin a reader on: copy right here
+                with self.lock:
+                    self._copy_now(self.conn, final_path + ".copy", raft_meta)
+                durability.durable_replace(final_path + ".copy", final_path)
+                self._state = SERIALIZER_STATE.SUCCESS
+                return
+            reader = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True,
+                                     isolation_level=None, check_same_thread=False)
             with self.lock:
-                self._copy_now(self.conn, tmp_path, raft_meta)
-            self._state = SERIALIZER_STATE.SUCCESS
-            return
-        reader = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True,
-                                 isolation_level=None, check_same_thread=False)
-        with self.lock:
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM meta").fetchone()  # pins this state
-        self._state = SERIALIZER_STATE.SERIALIZING
-        installs = self._installs
-        self._copier = threading.Thread(
-            target=self._copy_in_background, args=(reader, final_path, raft_meta, installs),
-            name="snapshot-copy", daemon=True)
-        self._copier.start()
-        # pysyncobj now renames `tmp_path` over the snapshot: it does not exist, so that
-        # fails harmlessly and the previous snapshot stays until the copy replaces it.
+                reader.execute("BEGIN")
+                reader.execute("SELECT count(*) FROM meta").fetchone()  # pins this state
+            self._copied = None
+            self._copier = threading.Thread(
+                target=self._copy_in_background,
+                args=(reader, final_path, raft_meta, self._installs),
+                name="snapshot-copy", daemon=True)
+            self._copier.start()
+            self._state = SERIALIZER_STATE.SERIALIZING
+        except Exception:  # noqa: BLE001
+            log.exception("cannot start a snapshot")
+            if reader is not None and (self._copier is None or not self._copier.is_alive()):
+                reader.close()
+            self._fail()
+
+    def _fail(self) -> None:
+        self._failed_at = time.monotonic()
+        self._state = SERIALIZER_STATE.FAILED
 
     def _copy_now(self, src: sqlite3.Connection, path: str, raft_meta: Any) -> None:
         if os.path.exists(path):
@@ -122,27 +145,43 @@ class SnapshotStore:
             dst.commit()
         finally:
             dst.close()
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
 
     def _copy_in_background(self, reader: sqlite3.Connection, final_path: str,
                             raft_meta: Any, installs: int) -> None:
+        """Writes and syncs `<snapshot>.copy`; `check`, on the Raft thread, renames it."""
         try:
             self._copy_now(reader, final_path + ".copy", raft_meta)
-            reader.close()
-            if self._installs != installs:
-                # A newer snapshot arrived from the leader meanwhile: ours is stale.
-                os.unlink(final_path + ".copy")
-                self._state = SERIALIZER_STATE.FAILED
-                return
-            durability.durable_replace(final_path + ".copy", final_path)
-            self._state = SERIALIZER_STATE.SUCCESS
+            self._copied = (final_path, installs)
         except Exception:  # noqa: BLE001 - a failed snapshot is retried by pysyncobj
             log.exception("snapshot copy failed")
-            self._state = SERIALIZER_STATE.FAILED
+            with contextlib.suppress(OSError):
+                os.unlink(final_path + ".copy")
+            self._fail()
         finally:
             reader.close()
 
     def check(self) -> int:
-        """pysyncobj's serializeChecker: SUCCESS or FAILED are reported once."""
+        """pysyncobj's serializeChecker, on the Raft thread: SUCCESS or FAILED once.
+
+        The finished copy is renamed into place here, on the thread that also installs
+        snapshots from the leader, so a snapshot installed while the copy ran is never
+        overwritten by this older one."""
+        if self._state == SERIALIZER_STATE.SERIALIZING and self._copied is not None:
+            final_path, installs = self._copied
+            self._copied = None
+            try:
+                if self._installs != installs:  # a newer snapshot arrived meanwhile
+                    os.unlink(final_path + ".copy")
+                    self._state = SERIALIZER_STATE.FAILED
+                else:
+                    os.replace(final_path + ".copy", final_path)
+                    durability.fsync_dir(final_path)
+                    self._state = SERIALIZER_STATE.SUCCESS
+            except OSError:
+                log.exception("cannot put the snapshot in place")
+                self._fail()
         state = self._state
         if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
             self._state = SERIALIZER_STATE.NOT_SERIALIZING

@@ -55,7 +55,11 @@ class Checkpointer:
         return self
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # timeout=0: a TRUNCATE waiting for readers holds the WAL write lock, which would
+        # stall the Raft thread's next apply (a snapshot copy pins a reader for seconds);
+        # busy now means "try again next round".
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                               timeout=0)
         try:
             while not self._stop.wait(self.period_s):
                 try:

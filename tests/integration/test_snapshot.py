@@ -128,3 +128,18 @@ def test_a_snapshot_installed_during_the_copy_wins(tmp_path: Path) -> None:
     restored = open_writer(str(tmp_path / "check.db"))
     SnapshotStore(restored, threading.Lock()).deserialize(str(final))
     assert digest(restored) == digest(newer.conn)
+
+
+def test_a_snapshot_that_cannot_start_is_reported_failed_not_stuck(tmp_path: Path) -> None:
+    from pysyncobj.serializer import SERIALIZER_STATE
+
+    m = build(tmp_path / "live.db", 1)
+    store = SnapshotStore(m.conn, threading.Lock(), str(tmp_path / "missing" / "state.db"))
+    final = tmp_path / "raft.snapshot"
+    store.serialize(str(final) + ".tmp", META)  # the reader cannot open: must not raise
+    assert store.check() == SERIALIZER_STATE.FAILED
+    assert store.check() == SERIALIZER_STATE.NOT_SERIALIZING
+    # pysyncobj asks again on its next tick: refused at once (backoff), still reported
+    store.serialize(str(final) + ".tmp", META)
+    assert store.check() == SERIALIZER_STATE.FAILED
+    assert not final.exists()

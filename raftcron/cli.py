@@ -245,6 +245,24 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
     return 0
 
 
+IMPORT_MAX_JOBS = 1000
+IMPORT_MAX_BYTES = 900_000  # under the API's 1 MiB request body limit
+
+
+def _import_chunks(jobs: list[Any]) -> list[tuple[int, list[Any]]]:
+    """(offset, jobs) slices of at most IMPORT_MAX_JOBS jobs and IMPORT_MAX_BYTES of JSON."""
+    chunks: list[tuple[int, list[Any]]] = []
+    start, size = 0, 0
+    for i, job in enumerate(jobs):
+        n = len(json.dumps(job)) + 2
+        if i > start and (i - start >= IMPORT_MAX_JOBS or size + n > IMPORT_MAX_BYTES):
+            chunks.append((start, jobs[start:i]))
+            start, size = i, 0
+        size += n
+    chunks.append((start, jobs[start:]))
+    return chunks
+
+
 def _import(args: argparse.Namespace, client: Any) -> int:
     """Create every job of a JSON file (a list of job objects, or {"jobs": [...]}) through
     POST /v1/jobs:batchCreate, 1,000 per request (a retry after a 503 carries the same
@@ -261,8 +279,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
         raise UsageError(f"{args.file} must hold a non-empty JSON list of jobs "
                          '(or {"jobs": [...]})')
     created, existing, refused = 0, 0, []
-    for k in range(0, len(jobs), 1000):
-        chunk = jobs[k:k + 1000]
+    for k, chunk in _import_chunks(jobs):
         try:
             out = client.request("POST", "/v1/jobs:batchCreate", json={"jobs": chunk},
                                  headers={"Idempotency-Key": f"import-{uuid.uuid4().hex}"},
@@ -279,7 +296,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
                 existing += 1
             else:
                 refused.append(f"{r['id']}: {r['error']['message']}")
-        print(f"{min(k + 1000, len(jobs))}/{len(jobs)} jobs sent", file=sys.stderr)
+        print(f"{k + len(chunk)}/{len(jobs)} jobs sent", file=sys.stderr)
     _print(args, {"created": created, "already_existed": existing, "refused": refused},
            [(str(created), str(existing), str(len(refused)))],
            ("created", "already existed", "refused"))

@@ -38,6 +38,16 @@ WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Re
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
 
 
+def post_to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Hand `fn(*args)` from the Raft thread to the event loop. Once the loop is closed
+    (the node is shutting down while the Raft thread still applies) there is no one left
+    to notify: the call is dropped rather than failing the apply (exit 70)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
 def changed_job_ids(cmd: c.Command) -> set[str]:
     """The jobs a job command touched: the ticker reloads exactly these."""
     if isinstance(cmd, c.CreateJobs):
@@ -167,7 +177,7 @@ class Node:
     def _members_changed(self) -> None:
         """A member record was applied (tick thread)."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.refresh_peers)
+            post_to_loop(self.loop, self.refresh_peers)
 
     def refresh_peers(self) -> None:
         conn = self.open_reader()
@@ -206,12 +216,7 @@ class Node:
             # This node's clock minus the leader's, as committed (plus replication delay).
             sent_ms: int = cmd.now_ms  # type: ignore[attr-defined]
             self.metrics.skew_ms = int(time.time() * 1000) - sent_ms
-        try:
-            loop.call_soon_threadsafe(self._handle_applied, cmd, result)
-        except RuntimeError:
-            # The event loop is closed: the node is shutting down (SIGTERM) while the Raft
-            # thread still applies. The entry is committed; there is no one left to notify.
-            pass
+        post_to_loop(loop, self._handle_applied, cmd, result)
 
     def _handle_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
         if isinstance(cmd, c.BeginEpoch):
@@ -233,7 +238,7 @@ class Node:
         if role != self._role:
             self._role = role
             if self.loop is not None:
-                self.loop.call_soon_threadsafe(self._role_changed, role)
+                post_to_loop(self.loop, self._role_changed, role)
 
     # --- leadership ----------------------------------------------------------------------
 

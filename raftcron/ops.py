@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -39,7 +40,8 @@ def _callback_future(loop: asyncio.AbstractEventLoop
             if not fut.done():
                 fut.set_result((result, err))
 
-        loop.call_soon_threadsafe(settle)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits this
+            loop.call_soon_threadsafe(settle)
 
     return fut, done
 

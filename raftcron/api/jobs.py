@@ -142,9 +142,11 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     rid = request_id(request)
     applied: list[dict[str, Any]] = []
     for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
-        chunk = jobs[k:k + CREATE_JOBS_CHUNK]
-        result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", now_ms(),
-                                                [job.to_spec() for job in chunk]))
+        specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
+        # The chunk's content is part of its request id: an Idempotency-Key reused for a
+        # different batch is a different request, never another batch's stored answer.
+        digest = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
+        result = await ctx.propose(c.CreateJobs(f"{rid}#{k}#{digest}", now_ms(), specs))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):

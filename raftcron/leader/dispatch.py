@@ -17,6 +17,12 @@ from raftcron.leader.ticker import LostEpoch, now_ms
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
 LEASE_LEAD_MS = 150
 GROUP_MS = 10
+# A herd (at least HERD_SIZE runs due in the same GROUP_MS) is leased further ahead, so
+# that every waiting worker's Lease is committed before the instant and all of them are
+# handed out at it, instead of one Raft round trip after another past the instant. Kept
+# well under the clock margin a new leader tolerates (node.MAX_CLOCK_BEHIND_MS).
+HERD_SIZE = 1000
+HERD_LEASE_LEAD_MS = 1000
 
 
 def fair_order(rows: list[tuple[str, str, str]], limit: int) -> list[str]:
@@ -60,6 +66,8 @@ class Dispatcher:
         self.open_reader = open_reader
         self.clock = clock
         self.reserved: set[str] = set()
+        # (queues, instant) seen with at least HERD_SIZE pending runs
+        self.herds: set[tuple[tuple[str, ...], int]] = set()
         self.gate: Callable[[], bool] = lambda: True
         self._changed = asyncio.Event()
         self._conn: sqlite3.Connection | None = None
@@ -76,7 +84,8 @@ class Dispatcher:
         Looks `LEASE_LEAD_MS` ahead so that the Lease of a run due at T can be committed
         before T (and handed out at T). Runs already due go out now, stamped `now`; if
         none are due, the earliest upcoming group (within `GROUP_MS`) is chosen, stamped
-        with its latest instant. Returns (ids, stamp, next_due_when_nothing_chosen).
+        with its latest instant; a herd's group is chosen up to `HERD_LEASE_LEAD_MS` ahead.
+        Returns (ids, stamp, when to look again if nothing was chosen).
         """
         if self._conn is None:
             self._conn = self.open_reader()
@@ -99,7 +108,34 @@ class Dispatcher:
             f"AND queue IN ({marks}) AND not_before_ms > ?",
             (*queues, now + LEASE_LEAD_MS),
         ).fetchone()
-        return [], now, row[0]
+        next_due = row[0]
+        if next_due is None:
+            return [], now, None
+        if next_due - now > HERD_LEASE_LEAD_MS:
+            return [], now, next_due - HERD_LEASE_LEAD_MS  # look again when a herd could go
+        window = (*queues, next_due, next_due + GROUP_MS)
+        herd_key = (tuple(sorted(queues)), next_due)
+        if herd_key not in self.herds:
+            size = self._conn.execute(
+                "SELECT count(*) FROM attempts WHERE status = 'pending' "
+                f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?", window,
+            ).fetchone()[0]
+            if size < HERD_SIZE:
+                return [], now, next_due - LEASE_LEAD_MS
+            # Remembered: the herd's last few hundred runs are still part of it.
+            self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
+        rows = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*window, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        rows = [r for r in rows if r[0] not in self.reserved]
+        if not rows:
+            return [], now, next_due - LEASE_LEAD_MS
+        chosen = fair_order([(r[0], r[1], r[2]) for r in rows], limit)
+        due = {r[0]: r[3] for r in rows}
+        return chosen, max(due[i] for i in chosen), None
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int,
                     wait_s: float) -> list[dict[str, Any]]:
@@ -133,7 +169,7 @@ class Dispatcher:
             if remaining <= 0:
                 return []
             if next_due is not None:
-                remaining = min(remaining, max(0.0, (next_due - LEASE_LEAD_MS - now) / 1000))
+                remaining = min(remaining, max(0.0, (next_due - now) / 1000))
             elif not self.gate():
                 remaining = min(remaining, 0.5)
             try:

@@ -1,0 +1,53 @@
+"""The dispatcher leases a herd further ahead than single runs, never before its instant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raftcron.core import commands as c
+from raftcron.core.model import parse_job
+from raftcron.leader.dispatch import HERD_LEASE_LEAD_MS, HERD_SIZE, LEASE_LEAD_MS, Dispatcher
+from raftcron.state.db import open_reader, open_writer
+from raftcron.state.machine import StateMachine
+
+T0 = 1_767_225_600_000
+T = T0 + 60_000
+
+
+def cluster_state(path: Path, herd: int, few: int) -> None:
+    m = StateMachine(open_writer(str(path)))
+    m.apply(1, c.BeginEpoch(1, "n1", T0))
+    index = 1
+    jobs = [(f"h{i:05d}", "herd") for i in range(herd)] + [(f"f{i}", "few") for i in range(few)]
+    for k in range(0, len(jobs), 250):
+        index += 1
+        specs = [parse_job({"id": j, "queue": q, "schedule": {"cron": "0 0 1 1 *"},
+                            "target": {"shell": "true"}}).to_spec() for j, q in jobs[k:k + 250]]
+        assert m.apply(index, c.CreateJobs(f"r{k}", T0, specs))["created"] == len(specs)
+    for k in range(0, len(jobs), 1000):
+        index += 1
+        items = [[j, 1, T, T, "fire"] for j, _ in jobs[k:k + 1000]]
+        assert m.apply(index, c.Claim(1, T0 + 1, items))["rejected_items"] == []
+    m.conn.close()
+
+
+def test_a_herd_is_chosen_a_second_ahead_and_stamped_with_its_instant(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    cluster_state(db, HERD_SIZE + 200, 5)
+    d = Dispatcher(1, proposer=None, open_reader=lambda: open_reader(str(db)))  # type: ignore[arg-type]
+    # Too early even for a herd: look again when the herd lead opens.
+    ids, _, wake = d._select(["herd"], 1000, T - HERD_LEASE_LEAD_MS - 500)
+    assert ids == [] and wake == T - HERD_LEASE_LEAD_MS
+    # Within the herd lead: chosen now, stamped T (handed out at T, not before).
+    ids, stamp, _ = d._select(["herd"], 1000, T - 800)
+    assert len(ids) == 1000 and stamp == T
+    # The herd's remainder, once most of it is reserved by other polls, is still a herd.
+    d.reserved.update(ids)
+    ids2, stamp2, _ = d._select(["herd"], 1000, T - 700)
+    assert len(ids2) == 200 and stamp2 == T and not set(ids2) & set(ids)
+    # A handful of runs at the same instant waits for the ordinary lead.
+    few, _, wake = d._select(["few"], 1000, T - 800)
+    assert few == [] and wake == T - LEASE_LEAD_MS
+    few, stamp, _ = d._select(["few"], 1000, T - 100)
+    assert len(few) == 5 and stamp == T
+    d.close()

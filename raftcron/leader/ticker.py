@@ -24,6 +24,7 @@ JOB_ROW_SQL = "SELECT id, version, paused, watermark_ms, spec FROM jobs"
 MAX_SLEEP_S = 1.0
 CLAIMS_IN_FLIGHT = 4
 GATED_RETRY_S = 0.25
+LOAD_YIELD_EVERY = 200
 
 
 class LostEpoch(Exception):
@@ -73,7 +74,14 @@ class Ticker:
                     rows += conn.execute(
                         f"{JOB_ROW_SQL} WHERE id IN ({','.join('?' * len(chunk))})", chunk
                     ).fetchall()
-            return [JobRecord.from_row(r) for r in rows]
+            records = []
+            for i, row in enumerate(rows):
+                records.append(JobRecord.from_row(row))
+                if i % LOAD_YIELD_EVERY == LOAD_YIELD_EVERY - 1:
+                    # Compiling 10,000 schedules is seconds of pure Python: let the Raft
+                    # thread have the GIL now and then, or its heartbeats stall.
+                    time.sleep(0.001)
+            return records
         finally:
             conn.close()
 

@@ -53,9 +53,27 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                       wait_s: float = 2) -> None:
     """A worker whose runs do nothing: long-poll leases, complete them at once (batched).
 
-    Fails over between `urls` on errors and non-200 answers."""
+    Completions are sent in the background while the poller asks for the next leases, as a
+    worker with free slots would. Fails over between `urls` on errors and non-200 answers."""
     async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
         i = 0
+        pending: set[asyncio.Task[None]] = set()
+
+        async def complete(leases: list[dict[str, Any]], j: int) -> None:
+            body = {"worker_id": name, "completions": [
+                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
+                 "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
+            while not stop():
+                try:
+                    r = await client.post(f"{urls[j % len(urls)]}/v1/completions", json=body)
+                    if r.status_code == 200:
+                        seen.completed += len(leases)
+                        return
+                except httpx.HTTPError:
+                    pass
+                j += 1
+                await asyncio.sleep(0.05)
+
         while not stop():
             url = urls[i % len(urls)]
             try:
@@ -75,20 +93,11 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 continue
             seen.leases.extend((got, iso_to_s(lease["scheduled_for"]), lease["occurrence_id"])
                                for lease in leases)
-            body = {"worker_id": name, "completions": [
-                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
-                 "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
-            while not stop():
-                try:
-                    r = await client.post(f"{url}/v1/completions", json=body)
-                    if r.status_code == 200:
-                        seen.completed += len(leases)
-                        break
-                except httpx.HTTPError:
-                    pass
-                i += 1
-                url = urls[i % len(urls)]
-                await asyncio.sleep(0.05)
+            task = asyncio.create_task(complete(leases, i))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        if pending:
+            await asyncio.wait(pending, timeout=10)
 
 
 async def create_jobs(url: str, headers: dict[str, str], bodies: list[dict[str, Any]],

@@ -1,10 +1,12 @@
 """The midnight herd: N jobs due in the same second, raftcron beside APScheduler 3.
 
-    python bench/herd.py [--sizes 100,1000,10000,33000] [--jitter-s 10] [--pollers 4]
+    python bench/herd.py [--sizes 100,1000,10000,33000] [--jitter-s 10] [--max-pollers 16]
 
 raftcron: a fresh three-node cluster per run; N jobs (created in batches of 1,000 well
 before the instant) whose cron names one second, `S M H D Mo *`, so all N are due at that
-instant T. No-op pollers in this process lease (1,000 per call) and complete at once.
+instant T. No-op pollers in this process lease (1,000 per call) and complete at once: one
+poller per 1,000 jobs of the herd (at least 4, at most --max-pollers), as a deployment
+expecting a herd runs enough worker slots for it.
   lease lag   worker receipt of the lease − T (with jitter: − T − the job's jitter offset,
               the time the run was meant to start)
   commit lag  the occurrence's claim stamp (`created_at`, the leader's clock when it
@@ -159,11 +161,12 @@ async def apscheduler_herd(n: int) -> HerdResult:
                       pct(lags, 0.99) * 1000, max(lags) * 1000)
 
 
-def run_all(sizes: list[int], jitter_s: int, pollers: int) -> list[HerdResult]:
+def run_all(sizes: list[int], jitter_s: int, pollers: int = 16) -> list[HerdResult]:
+    """`pollers`: the most no-op pollers any run gets."""
     results: list[HerdResult] = []
     for n in sizes:
         for jitter in (0, jitter_s):
-            r = asyncio.run(raftcron_herd(n, jitter, pollers))
+            r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(n / 1000)))))
             print(f"raftcron    N={n:>6} jitter={jitter:>2}s  lease lag p50 {r.p50_ms:8.0f} "
                   f"p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit p50 "
                   f"{r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -195,10 +198,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="100,1000,10000,33000")
     p.add_argument("--jitter-s", type=int, default=10)
-    p.add_argument("--pollers", type=int, default=4)
+    p.add_argument("--max-pollers", type=int, default=16)
     args = p.parse_args()
     print(machine_line())
-    results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.pollers)
+    results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers)
     print(table(results))
     print([asdict(r) for r in results])
 

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return floor.table(rows)
 
     def do_herd() -> str:
-        results = herd.run_all(cfg["herd_sizes"], cfg["jitter_s"], pollers=4)
+        results = herd.run_all(cfg["herd_sizes"], cfg["jitter_s"])
         plot_herd(results, out / "herd.png")
         plain = {r.n: r for r in results if r.system == "raftcron" and not r.jitter_s}
         aps = {r.n: r for r in results if r.system == "apscheduler"}

@@ -112,7 +112,7 @@ def mean(values: list[float]) -> float:
 
 
 def report(args: argparse.Namespace, samples: list[Sample], seen: Received,
-           t0: float, created_s: float, ids: list[str], converged: bool) -> str:
+           t0: float, created_s: float, ids: list[str], converged: bool, epochs: int) -> str:
     seconds = args.minutes * 60
     lines = [
         f"$ python bench/soak.py --jobs {args.jobs} --minutes {args.minutes} "
@@ -170,6 +170,7 @@ def report(args: argparse.Namespace, samples: list[Sample], seen: Received,
     lines.append(f"| fire lag p50 / p99 / max, minutes 1–11 | {pct(first10, 0.5) * 1000:.0f} / "
                  f"{pct(first10, 0.99) * 1000:.0f} / "
                  f"{max(first10, default=float('nan')) * 1000:.0f} ms |")
+    lines.append(f"| new leader epochs during the run (elections won) | {epochs} |")
     lines.append(f"| node digests equal at the end | {'yes' if converged else 'NO'} |")
     return "\n".join(lines) + "\n"
 
@@ -219,6 +220,7 @@ async def run(args: argparse.Namespace) -> str:
             await batch_create(c.urls[leader], c.auth_headers(), bodies)
             created_s = time.time() - t_create
             print(f"created {args.jobs} jobs in {created_s:.0f} s", flush=True)
+            epoch_start = max((c.cluster_view(n) or {}).get("epoch") or 0 for n in c.ids)
             seen = Received()
             t0 = time.time()
             stop_at = t0 + args.minutes * 60
@@ -236,7 +238,8 @@ async def run(args: argparse.Namespace) -> str:
                 converged = True
             except Exception:
                 converged = False
-            text = report(args, samples, seen, t0, created_s, c.ids, converged)
+            epochs = max((c.cluster_view(n) or {}).get("epoch") or 0 for n in c.ids) - epoch_start
+            text = report(args, samples, seen, t0, created_s, c.ids, converged, epochs)
             print(text)
             (out / f"{args.name}.md").write_text(text)
             (out / f"{args.name}.json").write_text(json.dumps([s.__dict__ for s in samples]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.requests import Request
@@ -13,6 +13,9 @@ from starlette.responses import JSONResponse
 from raftcron.api.jobs import ctx_of
 from raftcron.state.db import last_applied
 from raftcron.state.digest import digest
+
+if TYPE_CHECKING:
+    from raftcron.node import Node
 
 MAX_READY_LAG = 1000
 PEER_TIMEOUT_S = 1.0
@@ -131,10 +134,23 @@ async def cluster_nodes(request: Request) -> JSONResponse:
                          "nodes": sorted(nodes, key=lambda n: n["node_id"])})
 
 
+def _digest_at_one_index(node: Node) -> tuple[int, str]:
+    """Digest and applied index from one read transaction (a consistent snapshot).
+
+    Not under the apply lock on the writer connection: hashing a large state takes
+    seconds, and holding the lock that long stalled the Raft thread into elections."""
+    conn = node.open_reader()
+    try:
+        conn.execute("BEGIN")
+        index = last_applied(conn)
+        return index, digest(conn)
+    finally:
+        conn.close()
+
+
 async def state_digest(request: Request) -> JSONResponse:
     """The canonical digest of this node's state and the index it reflects."""
     node = ctx_of(request).node
-    with node.apply_lock:
-        return JSONResponse({"node_id": node.config.node_id,
-                             "last_applied_index": last_applied(node.writer),
-                             "digest": digest(node.writer)})
+    index, value = await asyncio.to_thread(_digest_at_one_index, node)
+    return JSONResponse({"node_id": node.config.node_id, "last_applied_index": index,
+                         "digest": value})

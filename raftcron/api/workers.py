@@ -48,7 +48,16 @@ def _attempt_id(value: Any, field: str) -> str:
     return value
 
 
-async def _forward_to_leader(request: Request, ctx: ApiContext, body: bytes) -> Response:
+# A lease long-poll forwarded by a follower waits at most this long at the leader: if the
+# leader is paused or cut off, the worker hears back (503 or an empty batch) within
+# seconds and polls again, reaching whichever node leads by then, instead of waiting out
+# its whole long poll on a leader that no longer answers.
+FORWARD_WAIT_CAP_S = 2.0
+FORWARD_GRACE_S = 3.0
+
+
+async def _forward_to_leader(request: Request, ctx: ApiContext, body: bytes,
+                             timeout_s: float) -> Response:
     url = ctx.node.leader_http_url()
     if url is None or url == ctx.node.config.http_url:
         raise HTTPError(503, "no_leader", "the cluster has no leader",
@@ -59,7 +68,7 @@ async def _forward_to_leader(request: Request, ctx: ApiContext, body: bytes) -> 
     client: httpx.AsyncClient = request.app.state.http
     try:
         resp = await client.post(f"{url}{request.url.path}", content=body, headers=headers,
-                                 timeout=MAX_WAIT_S + 10)
+                                 timeout=timeout_s)
     except httpx.HTTPError as e:
         raise HTTPError(503, "no_leader", f"the leader is unreachable: {e.__class__.__name__}",
                         headers={"Retry-After": "1"}) from None
@@ -96,7 +105,9 @@ async def leases(request: Request) -> Response:
                             headers={"Retry-After": "1"})
         import json
 
-        return await _forward_to_leader(request, ctx, json.dumps(body).encode())
+        forwarded = {**body, "wait_s": min(float(wait_s), FORWARD_WAIT_CAP_S)}
+        return await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
+                                        forwarded["wait_s"] + FORWARD_GRACE_S)
     try:
         got = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
                                             float(wait_s))

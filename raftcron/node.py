@@ -20,7 +20,7 @@ import uvicorn
 
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
-from raftcron.cluster.proposer import ProposalError, Proposer
+from raftcron.cluster.proposer import ProposalError, Proposer, post_to_loop
 from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
@@ -37,16 +37,6 @@ JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
                  c.PutJob, c.ResumeJob)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
-
-
-def post_to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    """Hand `fn(*args)` from the Raft thread to the event loop. Once the loop is closed
-    (the node is shutting down while the Raft thread still applies) there is no one left
-    to notify: the call is dropped rather than failing the apply (exit 70)."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        pass
 
 
 def changed_job_ids(cmd: c.Command) -> set[str]:

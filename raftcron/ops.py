@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -16,6 +15,7 @@ from pysyncobj import FAIL_REASON
 from raftcron import backup
 from raftcron.cluster import membership
 from raftcron.cluster.membership import Member, MembershipError
+from raftcron.cluster.proposer import post_to_loop
 
 if TYPE_CHECKING:
     from raftcron.node import Node
@@ -40,8 +40,7 @@ def _callback_future(loop: asyncio.AbstractEventLoop
             if not fut.done():
                 fut.set_result((result, err))
 
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits this
-            loop.call_soon_threadsafe(settle)
+        post_to_loop(loop, settle)
 
     return fut, done
 

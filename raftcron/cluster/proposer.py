@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import FAIL_REASON
@@ -17,6 +18,15 @@ from pysyncobj import FAIL_REASON
 from raftcron.cluster.raft import RaftNode
 from raftcron.core.commands import Command, encode
 
+
+def post_to_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Hand `fn(*args)` from the Raft thread to the event loop. Once the loop is closed
+    (the node is shutting down while the Raft thread still applies) there is no one left
+    to notify: the call is dropped rather than failing the apply (exit 70)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
 
 class ProposalError(Exception):
     """The command's outcome is not known to be applied; the client may retry."""
@@ -49,10 +59,7 @@ class Proposer:
                 if not fut.done():
                     fut.set_result((result, err))
 
-            try:
-                self.loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop closed (shutting down): nobody awaits this
-                pass
+            post_to_loop(self.loop, settle)
 
         self.raft.submit(data, callback=done)
         return fut

@@ -99,10 +99,7 @@ class Dispatcher:
         if rows:
             first = rows[0][3]
             cutoff = now if first <= now else first + GROUP_MS
-            group = [r for r in rows if r[3] <= cutoff]
-            chosen = fair_order([(r[0], r[1], r[2]) for r in group], limit)
-            due = {r[0]: r[3] for r in group}
-            return chosen, max([now] + [due[i] for i in chosen]), None
+            return (*self._choose([r for r in rows if r[3] <= cutoff], limit, now), None)
         row = self._conn.execute(
             "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms > ?",
@@ -133,9 +130,15 @@ class Dispatcher:
         rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
             return [], now, next_due - LEASE_LEAD_MS
-        chosen = fair_order([(r[0], r[1], r[2]) for r in rows], limit)
-        due = {r[0]: r[3] for r in rows}
-        return chosen, max(due[i] for i in chosen), None
+        return (*self._choose(rows, limit, now), None)
+
+    @staticmethod
+    def _choose(group: list[tuple], limit: int, now: int) -> tuple[list[str], int]:
+        """Fair pick from one group of (id, tenant, job, not_before) rows, and its stamp:
+        the latest instant chosen, never before now."""
+        chosen = fair_order([(r[0], r[1], r[2]) for r in group], limit)
+        due = {r[0]: r[3] for r in group}
+        return chosen, max([now] + [due[i] for i in chosen])
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int,
                     wait_s: float) -> list[dict[str, Any]]:

@@ -24,21 +24,24 @@ import math
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import Received, iso_to_s, machine_line, noop_poller, pct  # noqa: E402
+from bench.common import (  # noqa: E402
+    Received,
+    batch_create,
+    iso_to_s,
+    machine_line,
+    noop_poller,
+    pct,
+)
 from raftcron.core.schedule import jitter_offset_ms  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "herd"
-BATCH = 1000
+BATCH = 1000  # calibration batch size
 LEAD_S = 15.0  # the herd is due this long after the last job was created
 
 
@@ -59,27 +62,6 @@ class HerdResult:
 def cron_at(t: float) -> str:
     d = datetime.fromtimestamp(t, tz=UTC)
     return f"{d.second} {d.minute} {d.hour} {d.day} {d.month} *"
-
-
-async def batch_create(url: str, headers: dict[str, str], bodies: list[dict[str, Any]]) -> None:
-    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
-        sem = asyncio.Semaphore(4)
-
-        async def one(chunk: list[dict[str, Any]]) -> None:
-            # A retry after an unknown outcome (503) must not create twice: same key.
-            key = {"Idempotency-Key": uuid.uuid4().hex}
-            async with sem:
-                for _ in range(30):
-                    r = await client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk},
-                                          headers=key)
-                    if r.status_code == 200 and r.json()["created"] == len(chunk):
-                        return
-                    if r.status_code not in (503, 429):
-                        raise RuntimeError(f"batch create: {r.status_code} {r.text[:300]}")
-                    await asyncio.sleep(0.5)
-                raise RuntimeError("batch create: gave up")
-
-        await asyncio.gather(*(one(bodies[i:i + BATCH]) for i in range(0, len(bodies), BATCH)))
 
 
 async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:

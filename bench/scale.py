@@ -29,8 +29,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import machine_line, proc_sample  # noqa: E402
-from bench.herd import batch_create  # noqa: E402
+from bench.common import batch_create, machine_line, proc_sample  # noqa: E402
 from raftcron.testing import LocalCluster, wait_until  # noqa: E402
 
 BARRIERS = 5500

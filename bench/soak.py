@@ -33,13 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (  # noqa: E402
     Received,
+    batch_create,
     dir_mb,
     machine_line,
     noop_poller,
     pct,
     proc_sample,
 )
-from bench.herd import batch_create  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "soak"

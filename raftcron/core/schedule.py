@@ -27,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
+from typing import Any, TypeVar
+from weakref import WeakValueDictionary
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
@@ -269,6 +271,53 @@ def _parse_dow(text: str, hash_key: str) -> tuple[set[int], list[int], list[tupl
     return values, last, nth
 
 
+def _seconds_field(text: str, hash_key: str) -> tuple[int, ...]:
+    return _simple_field(_SECOND, text, hash_key)
+
+
+def _minutes_field(text: str, hash_key: str) -> tuple[int, ...]:
+    return _simple_field(_MINUTE, text, hash_key)
+
+
+def _hours_field(text: str, hash_key: str) -> tuple[int, ...]:
+    return _simple_field(_HOUR, text, hash_key)
+
+
+def _months_field(text: str, hash_key: str) -> tuple[int, ...]:
+    return _simple_field(_MONTH, text, hash_key)
+
+
+def _frozen_dom(text: str, hash_key: str
+                ) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...], bool]:
+    values, last, nearest, last_weekday = _parse_dom(text, hash_key)
+    return (frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nearest))),
+            last_weekday)
+
+
+def _frozen_dow(text: str, hash_key: str
+                ) -> tuple[frozenset[int], tuple[int, ...], tuple[tuple[int, int], ...]]:
+    values, last, nth = _parse_dow(text, hash_key)
+    return frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nth)))
+
+
+_FieldResult = TypeVar("_FieldResult")
+
+
+def _field(parse: Callable[[str, str], _FieldResult], text: str,
+           hash_key: str) -> _FieldResult:
+    """One field's expansion. A field without ``H`` does not depend on the job, so its
+    (immutable) expansion is shared: 100,000 jobs reloaded by a new leader parse
+    ``*`` once, not 100,000 times."""
+    if "H" in text:
+        return parse(text, hash_key)
+    return _shared_field(parse, text)
+
+
+@lru_cache(maxsize=4096)
+def _shared_field(parse: Callable[[str, str], Any], text: str) -> Any:
+    return parse(text, "")
+
+
 def _is_wildcard_time_field(text: str) -> bool:
     """True for time fields that mean "repeatedly" rather than "at a fixed value".
 
@@ -302,20 +351,20 @@ def _parse_cron(cron: str, hash_key: str) -> tuple[_Fields, bool, bool]:
     else:
         raise _err(f"expected 5 fields (or 6 with seconds), got {len(parts)}")
     min_text, hour_text, dom_text, mon_text, dow_text = parts
-    dom_values, dom_last, dom_near, dom_lw = _parse_dom(dom_text, hash_key)
-    dow_values, dow_last, dow_nth = _parse_dow(dow_text, hash_key)
+    dom_values, dom_last, dom_near, dom_lw = _field(_frozen_dom, dom_text, hash_key)
+    dow_values, dow_last, dow_nth = _field(_frozen_dow, dow_text, hash_key)
     fields = _Fields(
-        seconds=_simple_field(_SECOND, sec_text, hash_key),
-        minutes=_simple_field(_MINUTE, min_text, hash_key),
-        hours=_simple_field(_HOUR, hour_text, hash_key),
-        months=_simple_field(_MONTH, mon_text, hash_key),
-        dom_values=frozenset(dom_values),
-        dom_last=tuple(sorted(set(dom_last))),
-        dom_nearest_weekday=tuple(sorted(set(dom_near))),
+        seconds=_field(_seconds_field, sec_text, hash_key),
+        minutes=_field(_minutes_field, min_text, hash_key),
+        hours=_field(_hours_field, hour_text, hash_key),
+        months=_field(_months_field, mon_text, hash_key),
+        dom_values=dom_values,
+        dom_last=dom_last,
+        dom_nearest_weekday=dom_near,
         dom_last_weekday=dom_lw,
-        dow_values=frozenset(dow_values),
-        dow_last=tuple(sorted(set(dow_last))),
-        dow_nth=tuple(sorted(set(dow_nth))),
+        dow_values=dow_values,
+        dow_last=dow_last,
+        dow_nth=dow_nth,
         dom_star=dom_text[0] in "*?",
         dow_star=dow_text[0] in "*?",
     )
@@ -450,6 +499,7 @@ def _first_transition_in(key: str, lo: int, hi: int) -> _Transition | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _load_zone(timezone: str) -> tuple[ZoneInfo, int | None]:
     """Return the zone and, for zones with a constant offset, that offset."""
     if not isinstance(timezone, str) or not timezone or len(timezone) > 128:
@@ -609,7 +659,9 @@ def compile_schedule(
 ) -> CronSchedule:
     """Validate and compile a schedule; raises :class:`ScheduleError` naming the bad field.
 
-    ``hash_key`` (the job id) seeds the ``H`` values. Results are cached.
+    ``hash_key`` (the job id) seeds the ``H`` values. Equal schedules share one object
+    (and its day cache): a fleet of 100,000 ``H H * * *`` jobs compiles to at most 1,440
+    distinct schedules.
     """
     for name, value in (("cron", cron), ("timezone", timezone), ("dst_gap", dst_gap),
                         ("dst_fold", dst_fold)):
@@ -617,10 +669,16 @@ def compile_schedule(
             raise ScheduleError(f"schedule.{name}", "must be a string")
     if not isinstance(hash_key, str):
         raise TypeError("hash_key must be a string")
+    if "H" not in cron:
+        hash_key = ""  # the job id plays no part: one cache entry for every such job
     return _compile(cron, timezone, dst_gap, dst_fold, hash_key)
 
 
-@lru_cache(maxsize=65536)
+# Compiled schedules in use, by everything that defines them; see compile_schedule.
+_SHARED: WeakValueDictionary[tuple, CronSchedule] = WeakValueDictionary()
+
+
+@lru_cache(maxsize=4096)
 def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
              hash_key: str) -> CronSchedule:
     fields, has_seconds, fixed = _parse_cron(cron, hash_key)
@@ -636,7 +694,11 @@ def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
         dst_gap = "shift" if fixed else "skip"
     if dst_fold == "auto":
         dst_fold = "once" if fixed else "both"
-    return CronSchedule(
+    key = (cron, timezone, dst_gap, dst_fold, has_seconds, fixed, fields)
+    shared = _SHARED.get(key)
+    if shared is not None:
+        return shared
+    schedule = _SHARED[key] = CronSchedule(
         cron=cron,
         timezone=timezone,
         dst_gap=dst_gap,
@@ -647,8 +709,10 @@ def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
         _fixed_offset=fixed_offset,
         _tz=tz,
     )
+    return schedule
 
 
+@lru_cache(maxsize=4096)
 def _fires_ever(f: _Fields) -> bool:
     """Whether some day matches; 2000-2027 covers every weekday/leap-year combination."""
     return any(_month_days(f, y, m) for y in range(2000, 2028) for m in f.months)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import heapq
 import json
-from dataclasses import dataclass, field
+import sys
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from raftcron.core import policy
@@ -26,21 +27,36 @@ HERD_LOOKAHEAD_MS = 10_000
 MAX_INSTANTS_PER_JOB_ROUND = 5000
 
 
-@dataclass
+@dataclass(slots=True)
 class JobRecord:
+    """What the planner keeps of one job: a new leader holds one per job (100,000 jobs
+    are 100,000 records), so only the fields planning reads are kept, not the spec."""
+
     id: str
     version: int
     paused: bool
     watermark_ms: int
-    spec: dict[str, Any]
+    spec: InitVar[dict[str, Any]]
     schedule: CronSchedule = field(init=False)
+    start_at_ms: int | None = field(init=False)
+    end_at_ms: int | None = field(init=False)
+    jitter_s: int = field(init=False)
+    misfire_policy: str = field(init=False)
+    misfire_grace_s: int = field(init=False)
+    catch_up_max: int = field(init=False)
     next_ms: int | None = field(init=False, default=None)
 
-    def __post_init__(self) -> None:
-        s = self.spec["schedule"]
+    def __post_init__(self, spec: dict[str, Any]) -> None:
+        s = spec["schedule"]
         self.schedule = compile_schedule(
             s["cron"], s["timezone"], s["dst_gap"], s["dst_fold"], hash_key=self.id
         )
+        self.start_at_ms = s.get("start_at_ms")
+        self.end_at_ms = s.get("end_at_ms")
+        self.jitter_s = s.get("jitter_s", 0)
+        self.misfire_policy = sys.intern(spec["misfire_policy"])
+        self.misfire_grace_s = spec["misfire_grace_s"]
+        self.catch_up_max = spec["catch_up_max"]
         self.next_ms = self._next_after(self.watermark_ms)
 
     @classmethod
@@ -49,8 +65,7 @@ class JobRecord:
         return cls(row[0], row[1], bool(row[2]), row[3], json.loads(row[4]))
 
     def _next_after(self, after_ms: int) -> int | None:
-        s = self.spec["schedule"]
-        start = s.get("start_at_ms")
+        start = self.start_at_ms
         if start is not None and after_ms < start - 1:
             after_ms = start - 1
         # Instants are whole seconds: next_after(floor(after)) is > after as well.
@@ -58,7 +73,7 @@ class JobRecord:
         if nxt is None:
             return None
         nxt_ms = nxt * 1000
-        end = s.get("end_at_ms")
+        end = self.end_at_ms
         if end is not None and nxt_ms > end:
             return None
         return nxt_ms
@@ -145,8 +160,7 @@ class TickPlanner:
         if not instants:
             return []
         rec.watermark_ms = instants[-1]
-        spec = rec.spec
-        grace_ms = spec["misfire_grace_s"] * 1000
+        grace_ms = rec.misfire_grace_s * 1000
         if rec.paused:
             plan = [(i, policy.SKIP_PAUSED) for i in instants]
         elif t is not None and now_ms - t > grace_ms:
@@ -155,10 +169,9 @@ class TickPlanner:
             plan = [(i, policy.SKIP_MISFIRE) for i in instants]
         else:
             plan = policy.plan_misfires(
-                instants, now_ms, spec["misfire_policy"], spec["misfire_grace_s"],
-                spec["catch_up_max"],
+                instants, now_ms, rec.misfire_policy, rec.misfire_grace_s, rec.catch_up_max,
             )
-        jitter_s = spec["schedule"].get("jitter_s", 0)
+        jitter_s = rec.jitter_s
         return [
             [rec.id, rec.version, t_ms,
              t_ms + jitter_offset_ms(rec.id, t_ms // 1000, jitter_s) if jitter_s else t_ms,

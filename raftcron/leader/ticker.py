@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -61,7 +62,10 @@ class Ticker:
         self.changed_jobs |= job_ids
         self.wakeup.set()
 
-    def _load(self, job_ids: set[str] | None) -> list[JobRecord]:
+    def _load(self, job_ids: set[str] | None, abandoned: threading.Event) -> list[JobRecord]:
+        """Read and compile job records (on a worker thread). Stops early once `abandoned`
+        is set: a load outliving its epoch would keep compiling 100,000 schedules for
+        nobody, and a node that won and lost a few elections would run several at once."""
         conn = self.open_reader()
         try:
             if job_ids is None:
@@ -78,6 +82,8 @@ class Ticker:
             for i, row in enumerate(rows):
                 records.append(JobRecord.from_row(row))
                 if i % LOAD_YIELD_EVERY == LOAD_YIELD_EVERY - 1:
+                    if abandoned.is_set():
+                        return []
                     # Compiling 10,000 schedules is seconds of pure Python: let the Raft
                     # thread have the GIL now and then, or its heartbeats stall.
                     time.sleep(0.001)
@@ -86,7 +92,12 @@ class Ticker:
             conn.close()
 
     async def _reload(self, job_ids: set[str] | None) -> None:
-        records = await asyncio.to_thread(self._load, job_ids)
+        abandoned = threading.Event()
+        try:
+            records = await asyncio.to_thread(self._load, job_ids, abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()  # the thread cannot be cancelled; it stops at its next check
+            raise
         if job_ids is not None:
             for job_id in job_ids:
                 self.planner.remove(job_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -81,9 +82,10 @@ def time_until_ready(c: LocalCluster, nids: list[str], timeout: float = 300) -> 
     return time.time() - t0
 
 
-def run(jobs: int) -> list[tuple[str, str]]:
+def run(jobs: int, keep: str | None = None) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = keep or stack.enter_context(tempfile.TemporaryDirectory())
         c = LocalCluster(Path(tmp))
         c.start()
         try:
@@ -138,9 +140,10 @@ def table(rows: list[tuple[str, str]], jobs: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=100_000)
+    p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (node logs, data)")
     args = p.parse_args()
     print(machine_line())
-    print(table(run(args.jobs), args.jobs))
+    print(table(run(args.jobs, args.keep), args.jobs))
 
 
 if __name__ == "__main__":

@@ -27,12 +27,10 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from typing import Any, TypeVar
-from weakref import WeakValueDictionary
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
@@ -175,27 +173,43 @@ class _FieldParser:
             raise _err(f"{self.name} step {n} out of range 1-{span}")
         return n
 
-    def item(self, item: str, hash_key: str) -> list[int]:
+    def hashed(self, item: str, hash_key: str) -> str | None:
+        """This job's concrete spelling of an ``H`` item (``H`` -> ``"17"``, ``H/15`` ->
+        ``"7-59/15"``), or None when ``item`` is not an ``H`` item.
+
+        ``H`` values come from a hash of (job id, field name), so every ``H`` item of a
+        field shares one hash; a step starts at the hash modulo the step."""
+        plan = self._hash_plan(item)
+        if plan is None:
+            return None
+        lo, hi, step = plan
+        h = _hash_int(hash_key, self.name)
+        if step is None:
+            return str(lo + h % (hi - lo + 1))
+        return f"{lo + h % step}-{hi}/{step}"
+
+    @lru_cache(maxsize=1024)  # noqa: B019 - the parsers are module constants
+    def _hash_plan(self, item: str) -> tuple[int, int, int | None] | None:
+        """(lo, hi, step) of an ``H`` item, validated; None for any other item."""
+        m = _RE_HASH.fullmatch(item)
+        if not m:
+            return None
+        if m.group(1) is not None:
+            lo, hi = self.value(m.group(1)), self.value(m.group(2))
+            if lo > hi:
+                raise _err(f"{self.name} hash range H({lo}-{hi}) is reversed")
+        else:
+            lo, hi = self.hash_range
+        step = None if m.group(3) is None else self.step(m.group(3), hi - lo + 1)
+        return lo, hi, step
+
+    def item(self, item: str) -> list[int]:
         m = _RE_STAR.fullmatch(item)
         if m:
             if item[0] == "?" and self.name not in ("day-of-month", "day-of-week"):
                 raise _err(f"'?' is not allowed in the {self.name} field")
             lo, hi = self.star_range
             return list(range(lo, hi + 1, self.step(m.group(1), hi - lo + 1)))
-        m = _RE_HASH.fullmatch(item)
-        if m:
-            if m.group(1) is not None:
-                lo, hi = self.value(m.group(1)), self.value(m.group(2))
-                if lo > hi:
-                    raise _err(f"{self.name} hash range H({lo}-{hi}) is reversed")
-            else:
-                lo, hi = self.hash_range
-            span = hi - lo + 1
-            h = _hash_int(hash_key, self.name)
-            if m.group(3) is None:
-                return [lo + h % span]
-            n = self.step(m.group(3), span)
-            return list(range(lo + h % n, hi + 1, n))
         m = _RE_RANGE.fullmatch(item)
         if not m:
             raise _err(f"bad {self.name} item {item!r}")
@@ -217,16 +231,17 @@ _HOUR = _FieldParser("hour", 0, 23)
 _DOM = _FieldParser("day-of-month", 1, 31, hash_range=(1, 28))
 _MONTH = _FieldParser("month", 1, 12, _MONTH_NAMES, names_base=1)
 _DOW = _FieldParser("day-of-week", 0, 7, _DOW_NAMES)
+_FIELD_PARSERS = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
 
 
-def _simple_field(parser: _FieldParser, text: str, hash_key: str) -> tuple[int, ...]:
+def _simple_field(parser: _FieldParser, text: str) -> tuple[int, ...]:
     values: set[int] = set()
     for item in text.split(","):
-        values.update(parser.item(item, hash_key))
+        values.update(parser.item(item))
     return tuple(sorted(values))
 
 
-def _parse_dom(text: str, hash_key: str) -> tuple[set[int], list[int], list[int], bool]:
+def _parse_dom(text: str) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...], bool]:
     values: set[int] = set()
     last: list[int] = []
     nearest: list[int] = []
@@ -247,11 +262,13 @@ def _parse_dom(text: str, hash_key: str) -> tuple[set[int], list[int], list[int]
         if m:
             nearest.append(_DOM.value(m.group(1)))
             continue
-        values.update(_DOM.item(item, hash_key))
-    return values, last, nearest, last_weekday
+        values.update(_DOM.item(item))
+    return (frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nearest))),
+            last_weekday)
 
 
-def _parse_dow(text: str, hash_key: str) -> tuple[set[int], list[int], list[tuple[int, int]]]:
+def _parse_dow(text: str
+               ) -> tuple[frozenset[int], tuple[int, ...], tuple[tuple[int, int], ...]]:
     values: set[int] = set()
     last: list[int] = []
     nth: list[tuple[int, int]] = []
@@ -267,55 +284,31 @@ def _parse_dow(text: str, hash_key: str) -> tuple[set[int], list[int], list[tupl
                 raise _err(f"day-of-week occurrence in {item!r} out of range 1-5")
             nth.append((_DOW.value(m.group(1)) % 7, k))
             continue
-        values.update(v % 7 for v in _DOW.item(item, hash_key))
-    return values, last, nth
-
-
-def _seconds_field(text: str, hash_key: str) -> tuple[int, ...]:
-    return _simple_field(_SECOND, text, hash_key)
-
-
-def _minutes_field(text: str, hash_key: str) -> tuple[int, ...]:
-    return _simple_field(_MINUTE, text, hash_key)
-
-
-def _hours_field(text: str, hash_key: str) -> tuple[int, ...]:
-    return _simple_field(_HOUR, text, hash_key)
-
-
-def _months_field(text: str, hash_key: str) -> tuple[int, ...]:
-    return _simple_field(_MONTH, text, hash_key)
-
-
-def _frozen_dom(text: str, hash_key: str
-                ) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...], bool]:
-    values, last, nearest, last_weekday = _parse_dom(text, hash_key)
-    return (frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nearest))),
-            last_weekday)
-
-
-def _frozen_dow(text: str, hash_key: str
-                ) -> tuple[frozenset[int], tuple[int, ...], tuple[tuple[int, int], ...]]:
-    values, last, nth = _parse_dow(text, hash_key)
+        values.update(v % 7 for v in _DOW.item(item))
     return frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nth)))
 
 
-_FieldResult = TypeVar("_FieldResult")
-
-
-def _field(parse: Callable[[str, str], _FieldResult], text: str,
-           hash_key: str) -> _FieldResult:
-    """One field's expansion. A field without ``H`` does not depend on the job, so its
-    (immutable) expansion is shared: 100,000 jobs reloaded by a new leader parse
-    ``*`` once, not 100,000 times."""
-    if "H" in text:
-        return parse(text, hash_key)
-    return _shared_field(parse, text)
-
-
-@lru_cache(maxsize=4096)
-def _shared_field(parse: Callable[[str, str], Any], text: str) -> Any:
-    return parse(text, "")
+@lru_cache(maxsize=8192)
+def _expand(sec: str, minute: str, hour: str, dom: str, mon: str, dow: str) -> _Fields:
+    """The expansion of six concrete (``H``-free) fields. Cached: a fleet of jobs shares a
+    few distinct field texts, so a new leader loading 100,000 jobs expands each once."""
+    dom_values, dom_last, dom_near, dom_lw = _parse_dom(dom)
+    dow_values, dow_last, dow_nth = _parse_dow(dow)
+    return _Fields(
+        seconds=_simple_field(_SECOND, sec),
+        minutes=_simple_field(_MINUTE, minute),
+        hours=_simple_field(_HOUR, hour),
+        months=_simple_field(_MONTH, mon),
+        dom_values=dom_values,
+        dom_last=dom_last,
+        dom_nearest_weekday=dom_near,
+        dom_last_weekday=dom_lw,
+        dow_values=dow_values,
+        dow_last=dow_last,
+        dow_nth=dow_nth,
+        dom_star=dom[0] in "*?",
+        dow_star=dow[0] in "*?",
+    )
 
 
 def _is_wildcard_time_field(text: str) -> bool:
@@ -327,10 +320,18 @@ def _is_wildcard_time_field(text: str) -> bool:
     return text.startswith("*") or text.upper().startswith("H/")
 
 
-def _parse_cron(cron: str, hash_key: str) -> tuple[_Fields, bool, bool]:
-    """Return (fields, has_seconds, is_fixed_time)."""
-    if not isinstance(cron, str):
-        raise _err("must be a string")
+@dataclass(frozen=True)
+class _Shape:
+    """A cron expression split into six fields (seconds first), before ``H`` is resolved."""
+
+    parts: tuple[str, str, str, str, str, str]
+    has_seconds: bool
+    is_fixed_time: bool
+    hashed: tuple[int, ...]  # indexes of the fields that contain an H item
+
+
+@lru_cache(maxsize=4096)
+def _shape(cron: str) -> _Shape:
     if len(cron) > MAX_CRON_LENGTH:
         raise _err(f"expression longer than {MAX_CRON_LENGTH} characters")
     text = cron.strip()
@@ -344,33 +345,29 @@ def _parse_cron(cron: str, hash_key: str) -> tuple[_Fields, bool, bool]:
     parts = text.split()
     if len(parts) == 5:
         has_seconds = False
-        sec_text = "0"
+        parts.insert(0, "0")
     elif len(parts) == 6:
         has_seconds = True
-        sec_text, parts = parts[0], parts[1:]
     else:
         raise _err(f"expected 5 fields (or 6 with seconds), got {len(parts)}")
-    min_text, hour_text, dom_text, mon_text, dow_text = parts
-    dom_values, dom_last, dom_near, dom_lw = _field(_frozen_dom, dom_text, hash_key)
-    dow_values, dow_last, dow_nth = _field(_frozen_dow, dow_text, hash_key)
-    fields = _Fields(
-        seconds=_field(_seconds_field, sec_text, hash_key),
-        minutes=_field(_minutes_field, min_text, hash_key),
-        hours=_field(_hours_field, hour_text, hash_key),
-        months=_field(_months_field, mon_text, hash_key),
-        dom_values=dom_values,
-        dom_last=dom_last,
-        dom_nearest_weekday=dom_near,
-        dom_last_weekday=dom_lw,
-        dow_values=dow_values,
-        dow_last=dow_last,
-        dow_nth=dow_nth,
-        dom_star=dom_text[0] in "*?",
-        dow_star=dow_text[0] in "*?",
-    )
-    time_fields = [min_text, hour_text] + ([sec_text] if has_seconds else [])
+    time_fields = parts[1:3] + (parts[:1] if has_seconds else [])
     fixed = not any(_is_wildcard_time_field(t) for t in time_fields)
-    return fields, has_seconds, fixed
+    hashed = tuple(i for i, part in enumerate(parts) if "H" in part)
+    sec, minute, hour, dom, mon, dow = parts
+    return _Shape((sec, minute, hour, dom, mon, dow), has_seconds, fixed, hashed)
+
+
+def _resolve_hashes(shape: _Shape, hash_key: str) -> tuple[str, str, str, str, str, str]:
+    """The six fields with this job's ``H`` items replaced by concrete values."""
+    if not shape.hashed:
+        return shape.parts
+    parts = list(shape.parts)
+    for i in shape.hashed:
+        parser = _FIELD_PARSERS[i]
+        parts[i] = ",".join(parser.hashed(item, hash_key) or item
+                            for item in parts[i].split(","))
+    sec, minute, hour, dom, mon, dow = parts
+    return sec, minute, hour, dom, mon, dow
 
 
 # --------------------------------------------------------------------------- calendar
@@ -669,19 +666,17 @@ def compile_schedule(
             raise ScheduleError(f"schedule.{name}", "must be a string")
     if not isinstance(hash_key, str):
         raise TypeError("hash_key must be a string")
-    if "H" not in cron:
-        hash_key = ""  # the job id plays no part: one cache entry for every such job
-    return _compile(cron, timezone, dst_gap, dst_fold, hash_key)
+    shape = _shape(cron)
+    return _compile(_resolve_hashes(shape, hash_key), shape.has_seconds,
+                    shape.is_fixed_time, cron, timezone, dst_gap, dst_fold)
 
 
-# Compiled schedules in use, by everything that defines them; see compile_schedule.
-_SHARED: WeakValueDictionary[tuple, CronSchedule] = WeakValueDictionary()
-
-
-@lru_cache(maxsize=4096)
-def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
-             hash_key: str) -> CronSchedule:
-    fields, has_seconds, fixed = _parse_cron(cron, hash_key)
+@lru_cache(maxsize=8192)
+def _compile(parts: tuple[str, str, str, str, str, str], has_seconds: bool, fixed: bool,
+             cron: str, timezone: str, dst_gap: str, dst_fold: str) -> CronSchedule:
+    """Keyed by the resolved fields, so every job whose ``H`` values agree (and every job
+    of a schedule without ``H``) gets the same object."""
+    fields = _expand(*parts)
     if not _fires_ever(fields):
         raise _err("never fires")
     tz, fixed_offset = _load_zone(timezone)
@@ -694,11 +689,7 @@ def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
         dst_gap = "shift" if fixed else "skip"
     if dst_fold == "auto":
         dst_fold = "once" if fixed else "both"
-    key = (cron, timezone, dst_gap, dst_fold, has_seconds, fixed, fields)
-    shared = _SHARED.get(key)
-    if shared is not None:
-        return shared
-    schedule = _SHARED[key] = CronSchedule(
+    return CronSchedule(
         cron=cron,
         timezone=timezone,
         dst_gap=dst_gap,
@@ -709,7 +700,6 @@ def _compile(cron: str, timezone: str, dst_gap: str, dst_fold: str,
         _fixed_offset=fixed_offset,
         _tz=tz,
     )
-    return schedule
 
 
 @lru_cache(maxsize=4096)

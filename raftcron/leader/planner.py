@@ -61,8 +61,12 @@ class JobRecord:
 
     @classmethod
     def from_row(cls, row: tuple) -> JobRecord:
-        """row: (id, version, paused, watermark_ms, spec_json)"""
-        return cls(row[0], row[1], bool(row[2]), row[3], json.loads(row[4]))
+        """row: (id, version, paused, watermark_ms, planning_json), the last being the JSON
+        array [schedule, misfire_policy, misfire_grace_s, catch_up_max] (ticker.JOB_ROW_SQL)."""
+        schedule, misfire_policy, grace_s, catch_up_max = json.loads(row[4])
+        return cls(row[0], row[1], bool(row[2]), row[3], {
+            "schedule": schedule, "misfire_policy": misfire_policy,
+            "misfire_grace_s": grace_s, "catch_up_max": catch_up_max})
 
     def _next_after(self, after_ms: int) -> int | None:
         start = self.start_at_ms

@@ -21,7 +21,11 @@ from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
 
 log = logging.getLogger("raftcron.ticker")
 
-JOB_ROW_SQL = "SELECT id, version, paused, watermark_ms, spec FROM jobs"
+# Only what planning reads of the spec, extracted by SQLite as one small JSON array.
+JOB_ROW_SQL = (
+    "SELECT id, version, paused, watermark_ms, json_extract(spec, '$.schedule', "
+    "'$.misfire_policy', '$.misfire_grace_s', '$.catch_up_max') FROM jobs"
+)
 MAX_SLEEP_S = 1.0
 CLAIMS_IN_FLIGHT = 4
 GATED_RETRY_S = 0.25

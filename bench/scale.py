@@ -92,10 +92,14 @@ def run(jobs: int, keep: str | None = None) -> list[tuple[str, str]]:
             leader = c.wait_leader(timeout=60)
             bodies = [{"id": f"scale-{i:06d}", "queue": "scale", "target": {"shell": "true"},
                        "schedule": {"cron": "H H * * *"}} for i in range(jobs)]
+            term0 = c.get(leader, "/v1/cluster")["term"]
             t0 = time.time()
             asyncio.run(batch_create(c.urls[leader], c.auth_headers(), bodies))
             rows.append(("create (batches of 1,000)", f"{jobs:,} jobs in {time.time() - t0:.1f} s "
                          f"({jobs / (time.time() - t0):,.0f} jobs/s)"))
+            leader = c.wait_leader(timeout=60)
+            rows.append(("elections during creation",
+                         str(c.get(leader, "/v1/cluster")["term"] - term0)))
             asyncio.run(barriers(c.urls[leader], c.auth_headers(), BARRIERS))
             wait_caught_up(c)
             wait_until(lambda: (c.root / leader / "raft.snapshot").exists(), 120,

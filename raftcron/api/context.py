@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,10 @@ class ApiContext:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.db: aiosqlite.Connection | None = None
+        # One bulk-create entry in flight per node: pysyncobj applies every committed entry
+        # in one tick, so several 250-job entries committing together would hold back the
+        # leader's heartbeats long enough for an election (ARCHITECTURE §4).
+        self.bulk_entries = asyncio.Semaphore(1)
 
     async def open(self) -> None:
         self.db = await aiosqlite.connect(f"file:{self.node.config.db_path}?mode=ro", uri=True)

@@ -146,7 +146,8 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         # The chunk's content is part of its request id: an Idempotency-Key reused for a
         # different batch is a different request, never another batch's stored answer.
         digest = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
-        result = await ctx.propose(c.CreateJobs(f"{rid}#{k}#{digest}", now_ms(), specs))
+        async with ctx.bulk_entries:
+            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}#{digest}", now_ms(), specs))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):

@@ -68,6 +68,9 @@ class LocalCluster:
         self.urls = {nid: f"http://127.0.0.1:{self.port_base + i}"
                      for i, nid in enumerate(self.ids)}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Environment and working directory of the node processes (default: inherited).
+        self.env: dict[str, str] | None = None
+        self.cwd: Path | None = None
         self.http = httpx.Client(timeout=10, headers=self.auth_headers())
         self.workers: list[subprocess.Popen[bytes]] = []
 
@@ -90,6 +93,7 @@ class LocalCluster:
             self.procs[node_id] = subprocess.Popen(
                 [sys.executable, "-m", "raftcron", "node", "--config", str(self.configs[i])],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self.env, cwd=self.cwd,
             )
 
     def start_worker(self, worker_id: str, concurrency: int = 4,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -103,18 +104,22 @@ async def leases(request: Request) -> Response:
         if ctx.node.raft.is_leader():
             raise HTTPError(503, "no_leader", "leadership is starting; retry",
                             headers={"Retry-After": "1"})
-        import json
-
         forwarded = {**body, "wait_s": min(float(wait_s), FORWARD_WAIT_CAP_S)}
         return await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
                                         forwarded["wait_s"] + FORWARD_GRACE_S)
     try:
-        got = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
-                                            float(wait_s))
+        encoded = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
+                                                float(wait_s), prepare=_encode_leases)
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
-    return JSONResponse({"leases": got})
+    return Response(encoded, media_type="application/json")
+
+
+def _encode_leases(leases: list[dict[str, Any]]) -> bytes:
+    """The response body, encoded as JSONResponse would (compact, UTF-8)."""
+    return json.dumps({"leases": leases}, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode()
 
 
 def _pairs(items: Any, field: str) -> list[list[Any]]:

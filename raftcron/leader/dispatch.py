@@ -8,7 +8,7 @@ import sqlite3
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Lease
@@ -51,6 +51,13 @@ def fair_order(rows: list[tuple[str, str, str]], limit: int) -> list[str]:
             if len(out) >= limit:
                 break
     return out
+
+
+T = TypeVar("T")
+
+
+def _as_is(leases: list[dict[str, Any]]) -> Any:
+    return leases
 
 
 class Dispatcher:
@@ -140,8 +147,13 @@ class Dispatcher:
         due = {r[0]: r[3] for r in group}
         return chosen, max([now] + [due[i] for i in chosen])
 
-    async def lease(self, worker_id: str, queues: list[str], max_n: int,
-                    wait_s: float) -> list[dict[str, Any]]:
+    async def lease(self, worker_id: str, queues: list[str], max_n: int, wait_s: float,
+                    prepare: Callable[[list[dict[str, Any]]], T] = _as_is) -> T:
+        """Long-poll for up to `wait_s` seconds; returns `prepare(leases)`.
+
+        `prepare` runs as soon as the Lease is committed, before the wait for the leases'
+        instant: a caller that encodes the response there hands out a herd of 10,000
+        leases at the instant without spending the first ~100 ms of it in json.dumps."""
         deadline = time.monotonic() + wait_s
         while True:
             changed = self._changed
@@ -162,15 +174,16 @@ class Dispatcher:
                 if not result.get("ok"):
                     raise LostEpoch(result.get("message", "lease refused"))
                 if result["leases"]:
+                    prepared = prepare(result["leases"])
                     # Committed ahead of time: nothing is handed out before its instant.
                     early_ms = stamp - self.clock()
                     if early_ms > 0:
                         await asyncio.sleep(early_ms / 1000)
-                    return result["leases"]
+                    return prepared
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return []
+                return prepare([])
             if next_due is not None:
                 remaining = min(remaining, max(0.0, (next_due - now) / 1000))
             elif not self.gate():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 from raftcron.core import commands as c
@@ -51,3 +53,40 @@ def test_a_herd_is_chosen_a_second_ahead_and_stamped_with_its_instant(tmp_path: 
     few, stamp, _ = d._select(["few"], 1000, T - 100)
     assert len(few) == 5 and stamp == T
     d.close()
+
+
+class _CommitAtOnce:
+    """Commits every Lease at once, answering with one lease per attempt id."""
+
+    def __init__(self) -> None:
+        self.commands: list[c.Lease] = []
+
+    async def propose_leader(self, cmd: c.Lease) -> dict:
+        self.commands.append(cmd)
+        return {"ok": True, "leases": [{"attempt_id": a} for a in cmd.attempt_ids]}
+
+
+def test_leases_are_prepared_at_commit_and_handed_out_at_their_instant(
+        tmp_path: Path) -> None:
+    """The response is encoded while waiting for the instant, not after it."""
+    db = tmp_path / "s.db"
+    cluster_state(db, HERD_SIZE, 0)
+    wall_t = time.time() + 0.4  # the herd's instant, 400 ms from now on the wall clock
+    offset = T - int(wall_t * 1000)
+    proposer = _CommitAtOnce()
+    d = Dispatcher(1, proposer=proposer,  # type: ignore[arg-type]
+                   open_reader=lambda: open_reader(str(db)),
+                   clock=lambda: int(time.time() * 1000) + offset)
+    prepared_at: list[float] = []
+
+    def prepare(leases: list[dict]) -> bytes:
+        prepared_at.append(time.time())
+        return f"{len(leases)} leases".encode()
+
+    got = asyncio.run(d.lease("w", ["herd"], 1000, 5, prepare=prepare))
+    returned_at = time.time()
+    d.close()
+    assert got == b"1000 leases"
+    assert proposer.commands[0].now_ms == T  # stamped with the herd's instant
+    assert prepared_at[0] < wall_t - 0.2  # prepared right after the commit, well before T
+    assert returned_at >= wall_t - 0.005  # handed out at T, not before

@@ -64,7 +64,8 @@ ROWS_SQL = (
 )
 OPEN_SQL = (
     "SELECT a.id, a.job_id, o.status, o.scheduled_for_ms, j.id IS NOT NULL, "
-    "(SELECT max(l.scheduled_for_ms) FROM occurrences l WHERE l.job_id = a.job_id "
+    "(SELECT max(l.scheduled_for_ms) FROM occurrences l INDEXED BY occ_job_time "
+    " WHERE l.job_id = a.job_id "
     " AND l.kind = 'scheduled' AND l.status = 'succeeded') "
     "FROM alerts a LEFT JOIN occurrences o ON o.id = a.occurrence_id "
     "LEFT JOIN jobs j ON j.id = a.job_id "

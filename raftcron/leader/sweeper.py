@@ -11,6 +11,13 @@ from raftcron.core.commands import Sweep
 from raftcron.leader.ticker import LostEpoch, now_ms
 
 SWEEP_PERIOD_S = 0.5
+# INDEXED BY: the running attempts only (a few hundred at most). Left to itself, SQLite
+# walks the primary key for ORDER BY id over every attempt kept: 180 ms on the event loop
+# every half second at 90,000 attempts.
+CANDIDATES_SQL = (
+    "SELECT id FROM attempts INDEXED BY att_running WHERE status = 'running' AND "
+    "(lease_expires_ms < ? OR runtime_deadline_ms <= ?) ORDER BY id LIMIT 1000"
+)
 
 
 class Sweeper:
@@ -24,11 +31,7 @@ class Sweeper:
         self.gate: Callable[[], bool] = lambda: True
 
     def _candidates(self, conn: sqlite3.Connection, now: int) -> list[str]:
-        return [r[0] for r in conn.execute(
-            "SELECT id FROM attempts WHERE status = 'running' AND "
-            "(lease_expires_ms < ? OR runtime_deadline_ms <= ?) ORDER BY id LIMIT 1000",
-            (now, now),
-        )]
+        return [r[0] for r in conn.execute(CANDIDATES_SQL, (now, now))]
 
     async def run(self) -> None:
         conn = self.open_reader()

@@ -25,6 +25,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_ms   INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, id);
+-- The deadline watcher's scan (leader.deadlines.JOBS_SQL, every second) reads only these.
+CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs (id)
+    WHERE json_extract(spec, '$.deadline_s') IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS occurrences (
     id               TEXT PRIMARY KEY,

@@ -496,11 +496,15 @@ def _first_transition_in(key: str, lo: int, hi: int) -> _Transition | None:
     return None
 
 
-@lru_cache(maxsize=1024)
 def _load_zone(timezone: str) -> tuple[ZoneInfo, int | None]:
     """Return the zone and, for zones with a constant offset, that offset."""
     if not isinstance(timezone, str) or not timezone or len(timezone) > 128:
         raise ScheduleError("schedule.timezone", "must be a non-empty IANA zone name")
+    return _load_named_zone(timezone)
+
+
+@lru_cache(maxsize=1024)
+def _load_named_zone(timezone: str) -> tuple[ZoneInfo, int | None]:
     if timezone in _REJECTED_ZONES:
         raise ScheduleError("schedule.timezone", f"{timezone!r} is host-dependent; "
                             "use an IANA zone name")

@@ -542,3 +542,12 @@ def test_property_ascending_unique_consistent(expr: str, tz: str, after: int, le
         assert s.next_after(prev) == t
         if t - prev > 1:
             assert s.next_after(t - 1) == t
+
+
+def test_a_zone_of_the_wrong_type_is_a_schedule_error_not_a_crash() -> None:
+    from raftcron.core.schedule import to_local_iso
+
+    for bad in (["Europe/Berlin"], {"tz": 1}, 5, ""):
+        with pytest.raises(ScheduleError) as err:
+            to_local_iso(0, bad)  # type: ignore[arg-type]
+        assert err.value.field == "schedule.timezone"

@@ -45,6 +45,18 @@ def test_snapshot_installs_into_an_empty_follower(tmp_path: Path) -> None:
     assert m.apply(8, c.Barrier("next"))["ok"]
 
 
+def test_a_snapshot_from_an_older_version_gets_the_current_indexes(tmp_path: Path) -> None:
+    leader = build(tmp_path / "leader.db", 3)
+    leader.conn.execute("DROP INDEX jobs_deadline")  # as written by a node before it existed
+    snap = tmp_path / "snap.db"
+    SnapshotStore(leader.conn, threading.Lock()).serialize(str(snap), META)
+    follower = open_writer(str(tmp_path / "follower.db"))
+    SnapshotStore(follower, threading.Lock()).deserialize(str(snap))
+    indexes = {r[0] for r in follower.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "jobs_deadline" in indexes
+    assert digest(follower) == digest(leader.conn)
+
+
 def test_an_older_snapshot_never_replaces_newer_state(tmp_path: Path) -> None:
     old = build(tmp_path / "old.db", 2)
     snap = tmp_path / "snap.db"

@@ -59,32 +59,44 @@ async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
                 raise RuntimeError(f"creating {jobs} jobs took {created_s:.1f} s: too late")
             seen = Received()
             window = (start_at + WARMUP_S, start_at + WARMUP_S + seconds)
-            completed_at: dict[float, int] = {}
+            marks: list[tuple[float, int]] = []  # (when, runs completed by then)
 
             async def mark() -> None:
                 for at in window:
                     await asyncio.sleep(max(0.0, at - time.time()))
-                    completed_at[at] = seen.completed
+                    marks.append((time.time(), seen.completed))
 
             stop_at = window[1] + 2
             worker = c.auth_headers(c.worker_token)
+            # The leader first: a follower would forward every lease and completion.
+            leader = c.wait_leader(timeout=30)
+            urls = [c.urls[leader], *[u for nid, u in c.urls.items() if nid != leader]]
             await asyncio.gather(mark(), *(
-                noop_poller(list(c.urls.values()), f"bench-w{i}", QUEUE,
-                            lambda: time.time() >= stop_at, seen, worker)
+                noop_poller(urls, f"bench-w{i}", QUEUE, lambda: time.time() >= stop_at,
+                            seen, worker)
                 for i in range(pollers)))
             lags = seen.lags_since(*window)
+            due = jobs * seconds
+            # Runs still unleased at the end waited at least until then: they are counted
+            # with that lag, so a saturated cluster's percentiles are lower bounds, not
+            # flattered by leaving its slowest runs out.
+            unleased = max(0, due - len(lags))
+            lags += [stop_at - window[1]] * unleased
+            (t_start, n_start), (t_end, n_end) = marks
             return {
                 "jobs": jobs, "seconds": seconds, "created_s": created_s,
-                "due": jobs * seconds, "leased": len(lags),
-                "runs_per_s": (completed_at[window[1]] - completed_at[window[0]]) / seconds,
+                "due": due, "leased": due - unleased,
+                "runs_per_s": (n_end - n_start) / (t_end - t_start),
                 "lag_p50_ms": pct(lags, 0.5) * 1000, "lag_p99_ms": pct(lags, 0.99) * 1000,
                 "lag_max_ms": max(lags, default=float("nan")) * 1000,
+                "lower_bound": unleased > 0,
             }
         finally:
             c.close()
 
 
 def table(r: dict[str, float]) -> str:
+    at_least = "≥ " if r["lower_bound"] else ""
     return "\n".join([
         f"jobs={r['jobs']:,} firing every second; created in {r['created_s']:.1f} s; "
         f"measured {r['seconds']} s after a {WARMUP_S} s warm-up",
@@ -92,10 +104,11 @@ def table(r: dict[str, float]) -> str:
         f"| runs due in the window | {r['due']:,} |",
         f"| of those, leased by the end | {r['leased']:,} |",
         f"| runs completed per second in the window | {r['runs_per_s']:,.0f} |",
-        f"| fire lag p50 (instant → lease held) | {r['lag_p50_ms']:.0f} ms |",
-        f"| fire lag p99 | {r['lag_p99_ms']:.0f} ms |",
-        f"| fire lag max | {r['lag_max_ms']:.0f} ms |",
-    ])
+        f"| fire lag p50 (instant → lease held) | {at_least}{r['lag_p50_ms']:.0f} ms |",
+        f"| fire lag p99 | {at_least}{r['lag_p99_ms']:.0f} ms |",
+        f"| fire lag max | {at_least}{r['lag_max_ms']:.0f} ms |",
+    ] + (["(runs not leased by the end count with the lag they had reached then: "
+          "the lag figures are lower bounds)"] if r["lower_bound"] else []))
 
 
 def main() -> None:

@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
             p99 = float(lag.split("|")[2].split("/")[1])
             targets.append(("steady fire lag p99 ≤ 100 ms", f"{p99:.0f} ms (from {source.name})",
                             verdict(p99 <= 100), "steady"))
-            return (f"From `{source}` (bench/soak.py: the same 10,000 `H * * * * *` jobs, "
-                    "run for longer):\n\n" + text)
+            return (f"From `{source}`, a bench/soak.py run (its command line below gives "
+                    "its jobs, duration and retention):\n\n" + text)
         ns = argparse.Namespace(jobs=cfg["steady_jobs"], minutes=cfg["steady_min"],
                                 retention="off", sample_s=15 if args.quick else 30,
                                 pollers=2, out=str(out), name="steady", keep=None)

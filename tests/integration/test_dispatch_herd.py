@@ -71,7 +71,7 @@ def test_leases_are_prepared_at_commit_and_handed_out_at_their_instant(
     """The response is encoded while waiting for the instant, not after it."""
     db = tmp_path / "s.db"
     cluster_state(db, HERD_SIZE, 0)
-    wall_t = time.time() + 0.4  # the herd's instant, 400 ms from now on the wall clock
+    wall_t = time.time() + 0.9  # the herd's instant, 900 ms from now on the wall clock
     offset = T - int(wall_t * 1000)
     proposer = _CommitAtOnce()
     d = Dispatcher(1, proposer=proposer,  # type: ignore[arg-type]
@@ -88,5 +88,6 @@ def test_leases_are_prepared_at_commit_and_handed_out_at_their_instant(
     d.close()
     assert got == b"1000 leases"
     assert proposer.commands[0].now_ms == T  # stamped with the herd's instant
-    assert prepared_at[0] < wall_t - 0.2  # prepared right after the commit, well before T
-    assert returned_at >= wall_t - 0.005  # handed out at T, not before
+    # Order, not speed: prepared right after the commit, before T; handed out at T.
+    assert prepared_at[0] < wall_t - 0.1
+    assert returned_at >= wall_t - 0.005

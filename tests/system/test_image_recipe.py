@@ -8,6 +8,7 @@ another uid)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,6 +85,12 @@ def test_the_image_recipe_installs_serves_and_passes_its_healthcheck(tmp_path: P
     where = subprocess.run([sys.executable, "-c", "import raftcron; print(raftcron.__file__)"],
                            env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
     assert where.stdout.strip().startswith(str(site)), where.stdout
+    # The image's ENTRYPOINT is the installed console script.
+    entry = next(rest for word, rest in dockerfile_instructions() if word == "ENTRYPOINT")
+    script = site / "bin" / json.loads(entry)[0]
+    usage = subprocess.run([sys.executable, str(script), "--help"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0 and "node" in usage.stdout, usage.stderr
 
     c = LocalCluster(tmp_path / "cluster")
     c.env, c.cwd = env, tmp_path

@@ -129,7 +129,9 @@ def test_read_token_reads_but_cannot_write(cl: LocalCluster, clients: list[As]) 
     admin = client(cl, clients, cl.admin_token)
     assert admin("POST", "/v1/jobs", job("r-1")).status_code == 201
     reader = client(cl, clients, cl.create_token("read", name="reader"), cl.ids[1])
-    assert reader("GET", "/v1/jobs/r-1").status_code == 200
+    # Another node than the one that answered the create: read through a barrier, or the
+    # job may not have been applied there yet.
+    assert reader("GET", "/v1/jobs/r-1?consistent=true").status_code == 200
     for path in ("/metrics", "/openapi.json", "/v1/cluster", "/v1/cluster/nodes",
                  "/v1/status/jobs", "/v1/alerts", "/v1/tenants", "/v1/occurrences"):
         assert reader("GET", path).status_code == 200, path

@@ -47,8 +47,8 @@ async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
             leader = c.wait_leader(timeout=30)
             c.wait_serving()
             t0 = time.time()
-            # Creation runs at a few thousand jobs/s; everything starts together after it.
-            start_at = int(t0 + 4 + jobs / 1500)
+            # Creation runs at 1,000-2,000 jobs/s; everything starts together after it.
+            start_at = int(t0 + 5 + jobs / 600)
             bodies = [{"id": f"bench-{i}", "queue": QUEUE, "target": {"shell": "true"},
                        "schedule": {"cron": "* * * * * *",
                                     "start_at": ms_to_iso(start_at * 1000)}}

@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
             # starts pruning; the whole hour is reported beside them.
             source = Path(args.steady_from)
             text = source.read_text()
-            lag = next(ln for ln in text.splitlines() if "minutes 1–11" in ln)
+            lag = next(ln for ln in text.splitlines()
+                       if ln.startswith("| fire lag") and "minutes 1–11" in ln)
             p99 = float(lag.split("|")[2].split("/")[1])
             targets.append(("steady fire lag p99 ≤ 100 ms",
                             f"{p99:.0f} ms ({source.name}, minutes 1–11)",

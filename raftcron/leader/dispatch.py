@@ -78,6 +78,7 @@ class Dispatcher:
         self.gate: Callable[[], bool] = lambda: True
         self._changed = asyncio.Event()
         self._conn: sqlite3.Connection | None = None
+        self.closed = False
 
     def notify(self) -> None:
         """New or newly-due attempts may exist: wake long-polls."""
@@ -156,6 +157,11 @@ class Dispatcher:
         leases at the instant without spending the first ~100 ms of it in json.dumps."""
         deadline = time.monotonic() + wait_s
         while True:
+            if self.closed:
+                # Leadership ended while this poll waited: the worker must hear it now and
+                # ask another node, not wait out its poll here (an untrusted clock would
+                # otherwise keep it waiting without ever proposing, and so without failing).
+                raise LostEpoch("leadership ended")
             changed = self._changed
             now = self.clock()
             if not self.gate():
@@ -194,6 +200,7 @@ class Dispatcher:
                 pass
 
     def close(self) -> None:
+        self.closed = True
         if self._conn is not None:
             self._conn.close()
             self._conn = None

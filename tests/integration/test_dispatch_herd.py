@@ -6,6 +6,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
 from raftcron.leader.dispatch import HERD_LEASE_LEAD_MS, HERD_SIZE, LEASE_LEAD_MS, Dispatcher
@@ -91,3 +93,26 @@ def test_leases_are_prepared_at_commit_and_handed_out_at_their_instant(
     # Order, not speed: prepared right after the commit, before T; handed out at T.
     assert prepared_at[0] < wall_t - 0.1
     assert returned_at >= wall_t - 0.005
+
+
+def test_a_waiting_poll_ends_when_leadership_ends(tmp_path: Path) -> None:
+    """Even with an untrusted clock (which never proposes, so never fails), a poll waiting
+    at a leader that steps down ends at once: its worker asks another node."""
+    from raftcron.leader.ticker import LostEpoch
+
+    db = tmp_path / "s.db"
+    cluster_state(db, 0, 1)
+    d = Dispatcher(1, proposer=_CommitAtOnce(),  # type: ignore[arg-type]
+                   open_reader=lambda: open_reader(str(db)))
+    d.gate = lambda: False
+
+    async def main() -> None:
+        poll = asyncio.create_task(d.lease("w", ["few"], 10, 30))
+        await asyncio.sleep(0.2)
+        assert not poll.done()
+        d.close()
+        d.notify()
+        with pytest.raises(LostEpoch):
+            await asyncio.wait_for(poll, 5)
+
+    asyncio.run(main())

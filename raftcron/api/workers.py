@@ -108,18 +108,13 @@ async def leases(request: Request) -> Response:
         return await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
                                         forwarded["wait_s"] + FORWARD_GRACE_S)
     try:
-        encoded = await duties.dispatcher.lease(worker_id, sorted(set(queues)), max_n,
-                                                float(wait_s), prepare=_encode_leases)
+        # JSONResponse encodes its body when built: built at commit, before the instant.
+        return await duties.dispatcher.lease(
+            worker_id, sorted(set(queues)), max_n, float(wait_s),
+            prepare=lambda got: JSONResponse({"leases": got}))
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
-    return Response(encoded, media_type="application/json")
-
-
-def _encode_leases(leases: list[dict[str, Any]]) -> bytes:
-    """The response body, encoded as JSONResponse would (compact, UTF-8)."""
-    return json.dumps({"leases": leases}, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode()
 
 
 def _pairs(items: Any, field: str) -> list[list[Any]]:

@@ -102,6 +102,12 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             await asyncio.wait(pending, timeout=10)
 
 
+def leader_first(urls: dict[str, str], leader: str) -> list[str]:
+    """Every node's URL, the leader's first: pollers that start at a follower would measure
+    forwarding, not the scheduler."""
+    return [urls[leader], *[u for nid, u in urls.items() if nid != leader]]
+
+
 async def create_jobs(url: str, headers: dict[str, str], bodies: list[dict[str, Any]],
                       concurrency: int = 32) -> float:
     """PUT-create every job body concurrently; returns the seconds it took."""

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (  # noqa: E402
     Received,
     batch_create,
+    leader_first,
     machine_line,
     noop_poller,
     pct,
@@ -70,7 +71,7 @@ async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
             worker = c.auth_headers(c.worker_token)
             # The leader first: a follower would forward every lease and completion.
             leader = c.wait_leader(timeout=30)
-            urls = [c.urls[leader], *[u for nid, u in c.urls.items() if nid != leader]]
+            urls = leader_first(c.urls, leader)
             await asyncio.gather(mark(), *(
                 noop_poller(urls, f"bench-w{i}", QUEUE, lambda: time.time() >= stop_at,
                             seen, worker)

@@ -33,6 +33,7 @@ from bench.common import (  # noqa: E402
     Received,
     batch_create,
     iso_to_s,
+    leader_first,
     machine_line,
     noop_poller,
     pct,
@@ -97,7 +98,7 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:
             def finished() -> bool:
                 return seen.completed >= n or time.time() > done_by
 
-            urls = [c.urls[leader], *[u for nid, u in c.urls.items() if nid != leader]]
+            urls = leader_first(c.urls, leader)
             worker = c.auth_headers(c.worker_token)
             await asyncio.gather(*(noop_poller(urls, f"herd-w{i}", QUEUE, finished, seen, worker,
                                                wait_s=1) for i in range(pollers)))

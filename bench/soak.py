@@ -35,6 +35,7 @@ from bench.common import (  # noqa: E402
     Received,
     batch_create,
     dir_mb,
+    leader_first,
     machine_line,
     noop_poller,
     pct,
@@ -225,8 +226,7 @@ async def run(args: argparse.Namespace) -> str:
             t0 = time.time()
             stop_at = t0 + args.minutes * 60
             samples: list[Sample] = []
-            urls = list(c.urls.values())
-            urls.insert(0, urls.pop(urls.index(c.urls[leader])))
+            urls = leader_first(c.urls, leader)
             worker = c.auth_headers(c.worker_token)
             await asyncio.gather(
                 sampler(c, seen, t0, args.sample_s, stop_at, samples),

@@ -49,6 +49,10 @@ def changed_job_ids(cmd: c.Command) -> set[str]:
 MAX_CLOCK_BEHIND_MS = 2000
 HANDOVER_TIMEOUT_S = 2.0
 GRACEFUL_SHUTDOWN_S = 5.0
+# Idle HTTP connections stay open longer than httpx clients keep them (5 s): with equal
+# timeouts a client can reuse a connection the server is closing at that moment and get
+# "server disconnected" for a request that never arrived.
+KEEP_ALIVE_S = 30
 
 
 class _Server(uvicorn.Server):
@@ -336,6 +340,7 @@ class Node:
         app = create_app(self)
         config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
                                 log_level="warning", lifespan="on", access_log=False,
+                                timeout_keep_alive=KEEP_ALIVE_S,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                                 **self.config.server_ssl_options())
         server = _Server(config, on_exit=self._on_exit_signal)

@@ -41,7 +41,7 @@ def validate_scopes(scopes: list[str]) -> list[str]:
     if not scopes:
         raise AuthError("at least one --scope is required")
     for scope in scopes:
-        if not SCOPE_RE.match(scope):
+        if not SCOPE_RE.fullmatch(scope):
             raise AuthError(f"invalid scope {scope!r}: use admin, read, worker[:q1,q2] or "
                             "tenant:<name>")
     return scopes

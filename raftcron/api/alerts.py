@@ -41,7 +41,7 @@ async def list_alerts(request: Request) -> JSONResponse:
         params.append(status)
     job_id = request.query_params.get("job_id")
     if job_id is not None:
-        if not JOB_ID_RE.match(job_id):
+        if not JOB_ID_RE.fullmatch(job_id):
             raise ValidationError("job_id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
         where.append("job_id = ?")
         params.append(job_id)

@@ -31,7 +31,7 @@ def ctx_of(request: Request) -> ApiContext:
 
 def path_job_id(request: Request) -> str:
     job_id = request.path_params["job_id"]
-    if not JOB_ID_RE.match(job_id):
+    if not JOB_ID_RE.fullmatch(job_id):
         raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
     return job_id
 

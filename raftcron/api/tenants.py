@@ -24,7 +24,7 @@ TENANT_SELECT = ("SELECT name, max_jobs, max_concurrent_runs, max_fires_per_minu
 
 def _name(request: Request) -> str:
     name = request.path_params["name"]
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ValidationError("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
     return name
 

@@ -84,7 +84,7 @@ async def leases(request: Request) -> Response:
     worker_id = _worker_id(body)
     queues = body.get("queues", ["default"])
     if (not isinstance(queues, list) or not 1 <= len(queues) <= 50
-            or not all(isinstance(q, str) and NAME_RE.match(q) for q in queues)):
+            or not all(isinstance(q, str) and NAME_RE.fullmatch(q) for q in queues)):
         raise ValidationError("queues", "must be a list of 1-50 queue names")
     principal = principal_of(request)
     if not principal.allowed_queues(queues):

@@ -59,9 +59,9 @@ class Member:
 
 
 def validate(member_id: str, raft_addr: str, http_url: str) -> Member:
-    if not isinstance(member_id, str) or not ID_RE.match(member_id):
+    if not isinstance(member_id, str) or not ID_RE.fullmatch(member_id):
         raise MembershipError("must be 1-64 letters, digits, '.', '_' or '-'", "id")
-    if not isinstance(raft_addr, str) or not ADDR_RE.match(raft_addr) \
+    if not isinstance(raft_addr, str) or not ADDR_RE.fullmatch(raft_addr) \
             or not 0 < int(raft_addr.rsplit(":", 1)[1]) < 65536:
         raise MembershipError("must be HOST:PORT", "raft_addr")
     if not isinstance(http_url, str) or not re.match(r"^https?://[^\s/]+(/\S*)?$", http_url) \

@@ -123,7 +123,7 @@ def _choice(data: dict[str, Any], key: str, default: str, choices: tuple[str, ..
 
 def _name(data: dict[str, Any], key: str, default: str) -> str:
     value = data.get(key, default)
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ValidationError(key, "must be 1-64 characters of A-Z a-z 0-9 . _ -")
     return value
 
@@ -209,7 +209,7 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     jid = data.get("id", job_id) if job_id is None else job_id
     if data.get("id") not in (None, jid):
         raise ValidationError("id", "does not match the job id in the URL")
-    if not isinstance(jid, str) or not JOB_ID_RE.match(jid):
+    if not isinstance(jid, str) or not JOB_ID_RE.fullmatch(jid):
         raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
     if "schedule" not in data:
         raise ValidationError("schedule", "is required")

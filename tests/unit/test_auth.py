@@ -47,7 +47,8 @@ def test_worker_scopes_limit_queues(tmp_path: Path) -> None:
     assert not w.can_read() and not w.can_write_tenant("default")
 
 
-@pytest.mark.parametrize("scope", ["root", "tenant:", "worker:", "tenant:a b", ""])
+@pytest.mark.parametrize("scope", ["root", "tenant:", "worker:", "tenant:a b", "",
+                                   "admin\n", "tenant:acme\n"])
 def test_bad_scopes_are_refused(scope: str) -> None:
     with pytest.raises(AuthError):
         validate_scopes([scope])

@@ -16,7 +16,13 @@ from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import JOB_ID_RE, parse_job
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
-from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrence_to_api
+from raftcron.state.queries import (
+    JOB_SELECT,
+    OCC_SELECT,
+    job_to_api,
+    occurrence_to_api,
+    recent_occurrences,
+)
 
 MAX_PAGE = 500
 MAX_BATCH_CREATE = 1000
@@ -100,10 +106,7 @@ async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = Non
            else await load_job_row(ctx, job_id))
     out = job_to_api(row)
     out["next_fire_times"] = next_fire_times(out, row)
-    latest = await ctx.fetchone(
-        f"{OCC_SELECT} WHERE job_id = ? ORDER BY scheduled_for_ms DESC, id DESC LIMIT 1",
-        (job_id,),
-    )
+    latest = await ctx.fetchone(*recent_occurrences(job_id, 1))
     out["latest_occurrence"] = occurrence_to_api(latest) if latest else None
     return out
 

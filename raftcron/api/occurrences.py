@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse
 from raftcron.api.auth import can_see, tenant_clause
 from raftcron.api.errors import HTTPError
 from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
+from raftcron.core import identity
 from raftcron.core.errors import ValidationError
 from raftcron.core.timefmt import parse_iso_ms
 from raftcron.state.queries import ATT_SELECT, OCC_SELECT, attempt_to_api, occurrence_to_api
@@ -31,8 +32,8 @@ async def list_occurrences(request: Request) -> JSONResponse:
     where: list[str] = []
     params: list[object] = []
     if "job_id" in q:
-        where.append("job_id = ?")
-        params.append(q["job_id"])
+        where.append("id >= ? AND id < ?")  # the job's occurrences (core.identity)
+        params += identity.job_occurrences(q["job_id"])
     if "status" in q:
         if q["status"] not in STATUSES:
             raise ValidationError("status", f"must be one of {', '.join(STATUSES)}")
@@ -75,7 +76,7 @@ async def get_occurrence(request: Request) -> JSONResponse:
     occ = await occurrence_by_id(ctx, request.path_params["occurrence_id"])
     if not can_see(request, occ["tenant"]):
         raise HTTPError(404, "not_found", f"occurrence {occ['id']!r} does not exist", "id")
-    rows = await ctx.fetchall(f"{ATT_SELECT} WHERE occurrence_id = ? ORDER BY number",
-                              (occ["id"],))
+    rows = await ctx.fetchall(f"{ATT_SELECT} WHERE id >= ? AND id < ? ORDER BY number",
+                              identity.occurrence_attempts(occ["id"]))
     occ["attempt_list"] = [attempt_to_api(r) for r in rows]
     return JSONResponse(occ)

@@ -17,7 +17,7 @@ from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
 from raftcron.core.schedule import ScheduleError
 from raftcron.core.timefmt import ms_to_iso
-from raftcron.state.queries import JOB_SELECT, OCC_SELECT, job_to_api, occurrence_to_api
+from raftcron.state.queries import JOB_SELECT, job_to_api, occurrence_to_api, recent_occurrences
 
 MAX_JOBS = 200
 TIMELINE_MAX = 60
@@ -47,10 +47,7 @@ async def jobs_overview(request: Request) -> JSONResponse:
             described = Job.from_spec(json.loads(row[3])).compiled().describe()
         except ScheduleError:
             described = job["schedule"]["cron"]
-        occs = await ctx.fetchall(
-            f"{OCC_SELECT} WHERE job_id = ? ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?",
-            (row[0], per_job),
-        )
+        occs = await ctx.fetchall(*recent_occurrences(row[0], per_job))
         timeline = [occurrence_to_api(o) for o in occs]
         out.append({
             "id": job["id"], "tenant": job["tenant"], "paused": job["paused"],

@@ -39,6 +39,34 @@ def attempt_id(occurrence_id: str, number: int) -> str:
     return f"{occurrence_id}~{number}"
 
 
+# Id ranges. Job ids are `[A-Za-z0-9._-]`, so no job id contains `@` and no occurrence id
+# contains `~`: the ids that start with `<job>@` are exactly that job's occurrences, and
+# the ids that start with `<occurrence>~` exactly its attempts. A scheduled occurrence's
+# suffix is its instant in ISO 8601 (whole seconds, starting with a digit), so within
+# [`<job>@0`, `<job>@:`) ids sort by instant and nothing else falls there (`manual-...`
+# and `backfill-...` sort after `:`). Half-open ranges: `id >= lo AND id < hi`.
+
+def job_occurrences(job_id: str) -> tuple[str, str]:
+    """Every occurrence id of a job."""
+    return f"{job_id}@", f"{job_id}A"  # "A" follows "@"
+
+
+def job_scheduled_occurrences(job_id: str) -> tuple[str, str]:
+    """The scheduled occurrence ids of a job, in the order of their instants."""
+    return f"{job_id}@0", f"{job_id}@:"  # ":" follows "9"
+
+
+def job_scheduled_occurrences_after(job_id: str, after_ms: int) -> tuple[str, str]:
+    """A range holding every scheduled occurrence id of a job with an instant after
+    `after_ms` (and possibly a few from the same second: filter on the instant too)."""
+    return scheduled_occurrence_id(job_id, after_ms - after_ms % 1000), f"{job_id}@:"
+
+
+def occurrence_attempts(occurrence_id: str) -> tuple[str, str]:
+    """Every attempt id of an occurrence."""
+    return f"{occurrence_id}~", f"{occurrence_id}\x7f"  # DEL follows "~"
+
+
 FENCING_EPOCH_STRIDE = 1_000_000_000
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
-from raftcron.core.identity import scheduled_occurrence_id
+from raftcron.core.identity import job_scheduled_occurrences_after, scheduled_occurrence_id
 from raftcron.core.model import Job
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.state.db import ThreadReader
@@ -54,19 +54,23 @@ JOBS_SQL = (
     "SELECT id, paused, watermark_ms, spec FROM jobs "
     "WHERE json_extract(spec, '$.deadline_s') IS NOT NULL"
 )
+# Both read a job's scheduled occurrences as a range of ids, in the order of their instants
+# (core.identity): ROWS_SQL from the start of the window on, OPEN_SQL from the alerted
+# occurrence on to the first later success.
 ROWS_SQL = (
     "SELECT o.id, o.scheduled_for_ms, o.status, o.reason, o.finished_ms, "
-    "(SELECT count(*) FROM attempts a WHERE a.occurrence_id = o.id AND a.leased_ms IS NOT NULL) "
-    "FROM occurrences o WHERE o.job_id = ? AND o.kind = 'scheduled' "
+    "(SELECT count(*) FROM attempts a WHERE a.id >= o.id || '~' AND a.id < o.id || char(127) "
+    " AND a.leased_ms IS NOT NULL) "
+    "FROM occurrences o WHERE o.id >= ? AND o.id < ? AND o.kind = 'scheduled' "
     "AND o.scheduled_for_ms > ? AND o.scheduled_for_ms <= ? "
     "AND NOT EXISTS (SELECT 1 FROM alerts x WHERE x.id = 'deadline:' || o.id) "
-    "ORDER BY o.scheduled_for_ms LIMIT ?"
+    "ORDER BY o.id LIMIT ?"
 )
 OPEN_SQL = (
     "SELECT a.id, a.job_id, o.status, o.scheduled_for_ms, j.id IS NOT NULL, "
-    "(SELECT max(l.scheduled_for_ms) FROM occurrences l INDEXED BY occ_job_time "
-    " WHERE l.job_id = a.job_id "
-    " AND l.kind = 'scheduled' AND l.status = 'succeeded') "
+    "(SELECT l.scheduled_for_ms FROM occurrences l "
+    " WHERE l.id > a.occurrence_id AND l.id < a.job_id || '@:' "
+    " AND +l.status = 'succeeded' ORDER BY l.id LIMIT 1) "  # +: not by the status index
     "FROM alerts a LEFT JOIN occurrences o ON o.id = a.occurrence_id "
     "LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.status = 'open' AND a.kind = 'deadline' ORDER BY a.raised_ms LIMIT 1000"
@@ -172,7 +176,8 @@ class Deadlines:
             start = self.cursor.get(job_id, now - self.lookback_ms)
             if upto <= start:
                 continue
-            rows = conn.execute(ROWS_SQL, (job_id, start, upto, ROWS_PER_JOB)).fetchall()
+            lo, hi = job_scheduled_occurrences_after(job_id, start)
+            rows = conn.execute(ROWS_SQL, (lo, hi, start, upto, ROWS_PER_JOB)).fetchall()
             through = upto if len(rows) < ROWS_PER_JOB else rows[-1][1]
             for occ_id, t, status, reason, finished, leased in rows:
                 commands += self._verdict_commands(

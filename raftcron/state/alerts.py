@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftcron.core import errors
+from raftcron.core import errors, identity
 from raftcron.core.commands import AckOutbox, Prune, RaiseAlert, ResolveAlert
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, rejected
@@ -98,7 +98,8 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
         marks = ",".join("?" * len(chunk))
-        conn.execute(f"DELETE FROM attempts WHERE occurrence_id IN ({marks})", chunk)
+        conn.executemany("DELETE FROM attempts WHERE id >= ? AND id < ?",
+                         [identity.occurrence_attempts(occ_id) for occ_id in chunk])
         conn.execute(f"DELETE FROM occurrences WHERE id IN ({marks})", chunk)
     conn.execute("DELETE FROM requests WHERE applied_ms < ?", (cmd.before_ms,))
     conn.execute(

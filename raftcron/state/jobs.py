@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from raftcron.core import errors
+from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
 from raftcron.state.context import ApplyContext, ok, rejected
@@ -36,10 +36,11 @@ def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> d
     spec = job.with_version(1).to_spec()
     # A re-created job id must not re-claim instants its earlier life already has.
     newest = ctx.conn.execute(
-        "SELECT max(scheduled_for_ms) FROM occurrences WHERE job_id = ? AND kind = 'scheduled'",
-        (job.id,),
-    ).fetchone()[0]
-    watermark = max(now_ms, newest or 0)
+        "SELECT scheduled_for_ms FROM occurrences WHERE id >= ? AND id < ? "
+        "ORDER BY id DESC LIMIT 1",
+        identity.job_scheduled_occurrences(job.id),
+    ).fetchone()
+    watermark = max(now_ms, newest[0] if newest else 0)
     ctx.conn.execute(
         f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
         (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,

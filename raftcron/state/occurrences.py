@@ -66,8 +66,8 @@ def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView
 def _load_counts(conn: sqlite3.Connection, view: JobView) -> None:
     if view.running is None:
         running, queued = conn.execute(
-            "SELECT coalesce(sum(status = 'running'), 0), coalesce(sum(status = 'pending'), 0) "
-            "FROM attempts WHERE job_id = ? AND status IN ('running', 'pending')",
+            "SELECT (SELECT count(*) FROM attempts WHERE job_id = ?1 AND status = 'running'), "
+            "(SELECT count(*) FROM attempts WHERE job_id = ?1 AND status = 'pending')",
             (view.id,),
         ).fetchone()
         view.running, view.queued = int(running), int(queued)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from raftcron.core import identity
 from raftcron.core.model import Job
 from raftcron.core.timefmt import ms_to_iso
 
@@ -16,6 +17,25 @@ OCC_SELECT = (
     "SELECT id, job_id, tenant, queue, kind, scheduled_for_ms, dispatch_at_ms, job_version, "
     "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms FROM occurrences"
 )
+
+
+def recent_occurrences(job_id: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+    """SQL and parameters for a job's newest `limit` occurrences, newest first.
+
+    Scheduled ones come from the end of their id range, already in the order of their
+    instants (core.identity), so the query reads `limit` rows of a long history instead of
+    sorting all of it; manual and backfill ones (the rest of the job's range) are merged in.
+    """
+    lo, hi = identity.job_scheduled_occurrences(job_id)
+    _, end = identity.job_occurrences(job_id)  # [hi, end): the job's other kinds
+    sql = (
+        f"SELECT * FROM (SELECT * FROM ({OCC_SELECT} WHERE id >= ? AND id < ? "
+        f"ORDER BY id DESC LIMIT ?) UNION ALL {OCC_SELECT} WHERE id >= ? AND id < ?) "
+        "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?"
+    )
+    return sql, (lo, hi, limit, hi, end, limit)
+
+
 ATT_SELECT = (
     "SELECT id, occurrence_id, number, status, not_before_ms, worker_id, fencing_token, "
     "leased_ms, heartbeat_ms, lease_expires_ms, cancel_requested, finished_ms, exit_code, "

@@ -47,16 +47,27 @@ CREATE TABLE IF NOT EXISTS occurrences (
     created_ms       INTEGER NOT NULL,
     finished_ms      INTEGER
 );
+-- Index shapes follow the write path: a claim inserts one row per job of a herd, all at
+-- about the same instant. An index led by job id takes those rows at a thousand places
+-- across its whole history, and every commit rewrites each page it touched; an index led
+-- by time takes them at its end. So history is kept in time-led indexes, and only the
+-- primary key is led by job: an occurrence id is `<job>@<...>`, so the ids of one job are
+-- one contiguous range of it (core.identity.job_occurrences), and per-job reads use that.
+--
 -- Invariant 1: at most one scheduled occurrence per (job, instant), decided here.
-CREATE UNIQUE INDEX IF NOT EXISTS occ_scheduled
-    ON occurrences (job_id, scheduled_for_ms) WHERE kind = 'scheduled';
+CREATE UNIQUE INDEX IF NOT EXISTS occ_scheduled_time
+    ON occurrences (scheduled_for_ms, job_id) WHERE kind = 'scheduled';
 CREATE UNIQUE INDEX IF NOT EXISTS occ_manual
     ON occurrences (job_id, idempotency_key) WHERE kind = 'manual';
 CREATE UNIQUE INDEX IF NOT EXISTS occ_backfill
     ON occurrences (job_id, scheduled_for_ms, request_key) WHERE kind = 'backfill';
-CREATE INDEX IF NOT EXISTS occ_job_time ON occurrences (job_id, scheduled_for_ms);
+-- Led by status, then time: a new row and a status change both land at the end of a
+-- status's section.
 CREATE INDEX IF NOT EXISTS occ_status_time ON occurrences (status, scheduled_for_ms);
 CREATE INDEX IF NOT EXISTS occ_finished ON occurrences (finished_ms) WHERE finished_ms IS NOT NULL;
+-- Replaced by the indexes above (databases written by earlier versions).
+DROP INDEX IF EXISTS occ_scheduled;
+DROP INDEX IF EXISTS occ_job_time;
 
 CREATE TABLE IF NOT EXISTS attempts (
     id                  TEXT PRIMARY KEY,
@@ -85,8 +96,12 @@ CREATE UNIQUE INDEX IF NOT EXISTS att_token ON attempts (fencing_token)
     WHERE fencing_token IS NOT NULL;
 CREATE INDEX IF NOT EXISTS att_pending ON attempts (queue, not_before_ms) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS att_running ON attempts (lease_expires_ms) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS att_job_status ON attempts (job_id, status);
-CREATE INDEX IF NOT EXISTS att_occurrence ON attempts (occurrence_id, number);
+-- A job's live attempts (overlap, replace, pause); an occurrence's attempts are the id
+-- range `<occurrence id>~` (core.identity.occurrence_attempts).
+CREATE INDEX IF NOT EXISTS att_job_pending ON attempts (job_id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS att_job_running ON attempts (job_id) WHERE status = 'running';
+DROP INDEX IF EXISTS att_job_status;
+DROP INDEX IF EXISTS att_occurrence;
 
 CREATE TABLE IF NOT EXISTS requests (
     request_id TEXT PRIMARY KEY,

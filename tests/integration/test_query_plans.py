@@ -11,16 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from raftcron.core import identity
 from raftcron.leader import deadlines, dispatch, outbox, sweeper
 from raftcron.state.db import open_writer
+from raftcron.state.queries import recent_occurrences
 
+OCC_PK = "sqlite_autoindex_occurrences_1"  # the primary key: occurrence ids
 # name: (sql, parameters, what the plan must use, tables it may scan whole). Only the
 # alerts table (open alerts, a handful) may be scanned.
 PERIODIC = {
     "sweeper candidates": (sweeper.CANDIDATES_SQL, (0, 0), ["att_running"], set()),
     "deadline jobs": (deadlines.JOBS_SQL, (), ["jobs_deadline"], set()),
-    "deadline rows": (deadlines.ROWS_SQL, ("j", 0, 1, 10), ["occ_job_time"], set()),
-    "open deadline alerts": (deadlines.OPEN_SQL, (), ["occ_job_time"], {"a"}),
+    "deadline rows": (deadlines.ROWS_SQL, ("j@0", "j@:", 0, 1, 10), [OCC_PK], set()),
+    "open deadline alerts": (deadlines.OPEN_SQL, (), [OCC_PK], {"a"}),
     "outbox pending": (outbox.PENDING_SQL, (10,), ["outbox_pending"], set()),
     "dispatch due": (
         "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
@@ -52,3 +55,32 @@ def test_dispatch_module_query_is_the_one_checked() -> None:
 
     source = inspect.getsource(dispatch.Dispatcher._select)
     assert "ORDER BY not_before_ms, id LIMIT ?" in source and "status = 'pending'" in source
+
+
+# Per-job reads take a job's id range (core.identity) and apply's per-job checks read the
+# partial indexes of live attempts: none of them grows with the history of other jobs.
+PER_JOB = {
+    "recent occurrences": (*recent_occurrences("j", 30), [OCC_PK]),
+    "overlap counts": (
+        "SELECT (SELECT count(*) FROM attempts WHERE job_id = ?1 AND status = 'running'), "
+        "(SELECT count(*) FROM attempts WHERE job_id = ?1 AND status = 'pending')",
+        ("j",), ["att_job_running", "att_job_pending"]),
+    "newest scheduled instant": (
+        "SELECT scheduled_for_ms FROM occurrences WHERE id >= ? AND id < ? "
+        "ORDER BY id DESC LIMIT 1", identity.job_scheduled_occurrences("j"), [OCC_PK]),
+    "attempts of an occurrence": (
+        "SELECT id FROM attempts WHERE id >= ? AND id < ?",
+        identity.occurrence_attempts("j@2026-01-01T00:00:00Z"),
+        ["sqlite_autoindex_attempts_1"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PER_JOB))
+def test_per_job_read_uses_a_range_or_live_index(conn: sqlite3.Connection, name: str) -> None:
+    sql, params, indexes = PER_JOB[name]
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    for index in indexes:
+        assert any(index in step for step in plan), f"{name} does not use {index}: {plan}"
+    scans = [step for step in plan if step.startswith("SCAN ") and "subquery" not in step
+             and step != "SCAN CONSTANT ROW"]
+    assert not scans, f"{name} scans a table: {plan}"

@@ -32,8 +32,10 @@ async def list_occurrences(request: Request) -> JSONResponse:
     where: list[str] = []
     params: list[object] = []
     if "job_id" in q:
-        where.append("id >= ? AND id < ?")  # the job's occurrences (core.identity)
-        params += identity.job_occurrences(q["job_id"])
+        # The job's id range (core.identity) finds its rows; job_id keeps the filter exact
+        # for a value that is not a valid job id.
+        where.append("id >= ? AND id < ? AND job_id = ?")
+        params += [*identity.job_occurrences(q["job_id"]), q["job_id"]]
     if "status" in q:
         if q["status"] not in STATUSES:
             raise ValidationError("status", f"must be one of {', '.join(STATUSES)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -18,6 +19,8 @@ from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE
 from raftcron.leader.ticker import LostEpoch
+
+log = logging.getLogger(__name__)
 
 MAX_OUTPUT = 64 * 1024
 MAX_BATCH = 1000
@@ -109,12 +112,30 @@ async def leases(request: Request) -> Response:
                                         forwarded["wait_s"] + FORWARD_GRACE_S)
     try:
         # JSONResponse encodes its body when built: built at commit, before the instant.
-        return await duties.dispatcher.lease(
+        got, response = await duties.dispatcher.lease(
             worker_id, sorted(set(queues)), max_n, float(wait_s),
-            prepare=lambda got: JSONResponse({"leases": got}))
+            prepare=lambda got: (got, JSONResponse({"leases": got})))
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
+    if got and await request.is_disconnected():
+        await _release_undelivered(ctx, worker_id, got)
+    return response
+
+
+async def _release_undelivered(ctx: ApiContext, worker_id: str,
+                               leases: list[dict[str, Any]]) -> None:
+    """The poller gave up before its leases committed (a worker's or a forwarding node's
+    timeout): nobody will run them. Hand them back now instead of leaving them running
+    until their heartbeat timeout, which would also use up one of their attempts."""
+    pairs = [[lease["attempt_id"], lease["fencing_token"]] for lease in leases]
+    try:
+        await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs))
+    except HTTPError:
+        log.warning("could not release %d undelivered leases of %s; they end at their "
+                    "heartbeat timeout", len(pairs), worker_id)
+    else:
+        log.info("released %d leases that %s stopped waiting for", len(pairs), worker_id)
 
 
 def _pairs(items: Any, field: str) -> list[list[Any]]:

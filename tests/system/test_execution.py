@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from raftcron.testing import LocalCluster, wait_until
@@ -235,3 +236,32 @@ def test_leader_failover_with_runs_in_flight_loses_nothing_and_fencing_stops_dup
     for key, toks in accepted.items():
         assert toks == sorted(toks), f"accepted tokens not increasing for {key}"
     assert killed_at > 0
+
+
+def test_leases_whose_poller_gave_up_are_released_not_stranded(cluster: LocalCluster) -> None:
+    """A poll that times out on the client before its Lease commits (a worker's timeout,
+    or a forwarding follower's) must not leave that run `running` under a worker that
+    never saw it: it is released at once, keeps its attempt number, and the next poll
+    gets it."""
+    c = cluster
+    leader = c.wait_leader()
+    # Created and polled just after a ten-second boundary: its first instant is ~9.8 s away.
+    time.sleep(10.2 - time.time() % 10)
+    add_job(c, leader, "strand", cron="*/10 * * * * *", queue="strand")
+    instant = int(time.time()) // 10 * 10 + 10
+    with pytest.raises(httpx.TimeoutException):
+        c.post(leader, "/v1/leases", {"worker_id": "gone", "queues": ["strand"], "max": 1,
+                                      "wait_s": 20}, timeout=2)
+    occ_id = f"strand@{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(instant))}"
+
+    def released() -> dict[str, Any] | None:
+        got = occ(c, leader, occ_id)
+        return got if got["status"] == "pending" and got["attempt_list"] else None
+
+    sleep_s = instant - time.time() + 1.5  # the gone poll's Lease commits just before it
+    time.sleep(max(0.0, sleep_s))
+    view = wait_until(released, 5, message="the undelivered lease released")
+    attempt = view["attempt_list"][0]
+    assert attempt["status"] == "pending" and attempt["worker_id"] is None, attempt
+    lease = lease_one(c, leader, "here", "strand", wait_s=5)
+    assert (lease["occurrence_id"], lease["attempt"]) == (occ_id, 1)

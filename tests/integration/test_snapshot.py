@@ -57,6 +57,27 @@ def test_a_snapshot_from_an_older_version_gets_the_current_indexes(tmp_path: Pat
     assert digest(follower) == digest(leader.conn)
 
 
+def test_indexes_of_an_older_version_are_replaced_when_opened(tmp_path: Path) -> None:
+    """A database (or snapshot) written before the time-led indexes: opening it drops the
+    job-led ones, which every claim would otherwise keep paying for."""
+    path = tmp_path / "old.db"
+    m = build(path, 3)
+    m.conn.executescript(
+        "DROP INDEX occ_scheduled_time; DROP INDEX att_job_pending; DROP INDEX att_job_running;"
+        "CREATE UNIQUE INDEX occ_scheduled ON occurrences (job_id, scheduled_for_ms) "
+        "WHERE kind = 'scheduled';"
+        "CREATE INDEX occ_job_time ON occurrences (job_id, scheduled_for_ms);"
+        "CREATE INDEX att_job_status ON attempts (job_id, status);"
+        "CREATE INDEX att_occurrence ON attempts (occurrence_id, number);")
+    before = digest(m.conn)
+    m.conn.close()
+    reopened = open_writer(str(path))
+    indexes = {r[0] for r in reopened.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"occ_scheduled_time", "att_job_pending", "att_job_running"} <= indexes
+    assert not {"occ_scheduled", "occ_job_time", "att_job_status", "att_occurrence"} & indexes
+    assert digest(reopened) == before
+
+
 def test_an_older_snapshot_never_replaces_newer_state(tmp_path: Path) -> None:
     old = build(tmp_path / "old.db", 2)
     snap = tmp_path / "snap.db"

@@ -58,14 +58,25 @@ class Member:
     removed: bool = False
 
 
-def validate(member_id: str, raft_addr: str, http_url: str) -> Member:
-    if not isinstance(member_id, str) or not ID_RE.fullmatch(member_id):
+URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+def validate(member_id: str, raft_addr: str, http_url: str, *, as_logged: bool = False
+             ) -> Member:
+    """A member's fields, checked in full for a new request.
+
+    `as_logged` is the check apply has always made on log entries (`re.match`, which let a
+    trailing newline through): replaying an entry must give the result it gave when it was
+    first applied, on every node and every version."""
+    def ok(rx: re.Pattern[str], text: str) -> bool:
+        return bool(rx.match(text) if as_logged else rx.fullmatch(text))
+
+    if not isinstance(member_id, str) or not ok(ID_RE, member_id):
         raise MembershipError("must be 1-64 letters, digits, '.', '_' or '-'", "id")
-    if not isinstance(raft_addr, str) or not ADDR_RE.fullmatch(raft_addr) \
+    if not isinstance(raft_addr, str) or not ok(ADDR_RE, raft_addr) \
             or not 0 < int(raft_addr.rsplit(":", 1)[1]) < 65536:
         raise MembershipError("must be HOST:PORT", "raft_addr")
-    if not isinstance(http_url, str) or not re.match(r"^https?://[^\s/]+(/\S*)?$", http_url) \
-            or len(http_url) > 500:
+    if not isinstance(http_url, str) or not ok(URL_RE, http_url) or len(http_url) > 500:
         raise MembershipError("must be an http(s) URL", "http_url")
     return Member(member_id, raft_addr, http_url.rstrip("/"))
 
@@ -94,7 +105,7 @@ def apply_op(conn: sqlite3.Connection, index: int, data: bytes) -> dict[str, Any
     """Apply one member operation at log `index` (idempotent on replay, like commands)."""
     try:
         body = json.loads(data[len(MEMBER_PREFIX):])
-        member = validate(body["id"], body["raft_addr"], body["http_url"])
+        member = validate(body["id"], body["raft_addr"], body["http_url"], as_logged=True)
         op = body["op"]
         if op not in ("put", "remove"):
             raise MembershipError(f"unknown member operation {op!r}")

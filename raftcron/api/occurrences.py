@@ -11,7 +11,13 @@ from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
 from raftcron.core import identity
 from raftcron.core.errors import ValidationError
 from raftcron.core.timefmt import parse_iso_ms
-from raftcron.state.queries import ATT_SELECT, OCC_SELECT, attempt_to_api, occurrence_to_api
+from raftcron.state.queries import (
+    ATT_SELECT,
+    OCC_SELECT,
+    attempt_to_api,
+    job_occurrence_page,
+    occurrence_to_api,
+)
 
 STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "cancelled")
 KINDS = ("scheduled", "manual", "backfill")
@@ -31,27 +37,26 @@ async def list_occurrences(request: Request) -> JSONResponse:
     limit = page_limit(request)
     where: list[str] = []
     params: list[object] = []
-    if "job_id" in q:
-        # The job's id range (core.identity) finds its rows; job_id keeps the filter exact
-        # for a value that is not a valid job id.
-        where.append("id >= ? AND id < ? AND job_id = ?")
-        params += [*identity.job_occurrences(q["job_id"]), q["job_id"]]
+    kind = q.get("kind")
+    since = until = None
     if "status" in q:
         if q["status"] not in STATUSES:
             raise ValidationError("status", f"must be one of {', '.join(STATUSES)}")
         where.append("status = ?")
         params.append(q["status"])
-    if "kind" in q:
-        if q["kind"] not in KINDS:
+    if kind is not None:
+        if kind not in KINDS:
             raise ValidationError("kind", f"must be one of {', '.join(KINDS)}")
         where.append("kind = ?")
-        params.append(q["kind"])
+        params.append(kind)
     if "since" in q:
+        since = parse_iso_ms(q["since"], "since")
         where.append("scheduled_for_ms >= ?")
-        params.append(parse_iso_ms(q["since"], "since"))
+        params.append(since)
     if "until" in q:
+        until = parse_iso_ms(q["until"], "until")
         where.append("scheduled_for_ms <= ?")
-        params.append(parse_iso_ms(q["until"], "until"))
+        params.append(until)
     clause, extra = tenant_clause(request)
     if clause:
         where.append(clause)
@@ -60,11 +65,18 @@ async def list_occurrences(request: Request) -> JSONResponse:
         ms, occ_id = _cursor(q["cursor"])
         where.append("(scheduled_for_ms < ? OR (scheduled_for_ms = ? AND id < ?))")
         params += [ms, ms, occ_id]
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    rows = await ctx.fetchall(
-        f"{OCC_SELECT}{clause} ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?",
-        (*params, limit + 1),
-    )
+        until = ms if until is None else min(until, ms)
+    if "job_id" in q:
+        job_id = q["job_id"]
+        where.append("job_id = ?")  # exact even for a value that is not a valid job id
+        params.append(job_id)
+        sql, args = job_occurrence_page(job_id, where, params, limit + 1, kind=kind,
+                                        since_ms=since, until_ms=until)
+    else:
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = f"{OCC_SELECT}{clause} ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?"
+        args = (*params, limit + 1)
+    rows = await ctx.fetchall(sql, args)
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = f"{rows[-1][5]}:{rows[-1][0]}" if more else None

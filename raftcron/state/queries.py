@@ -18,22 +18,56 @@ OCC_SELECT = (
     "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms FROM occurrences"
 )
 
+LAST_ID_INSTANT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+# Per-job reads go by the primary key (the job's id range) even with a status filter: the
+# planner would otherwise walk every row of that status, of every job.
+OCC_BY_ID = f"{OCC_SELECT} INDEXED BY sqlite_autoindex_occurrences_1"
 
-def recent_occurrences(job_id: str, limit: int) -> tuple[str, tuple[Any, ...]]:
-    """SQL and parameters for a job's newest `limit` occurrences, newest first.
 
-    Scheduled ones come from the end of their id range, already in the order of their
-    instants (core.identity), so the query reads `limit` rows of a long history instead of
-    sorting all of it; manual and backfill ones (the rest of the job's range) are merged in.
+def job_occurrence_page(
+    job_id: str, where: list[str], params: list[Any], limit: int, *,
+    kind: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+) -> tuple[str, tuple[Any, ...]]:
+    """SQL and parameters for one page of a job's occurrences matching `where`, newest
+    first (by instant, then id), at most `limit` rows.
+
+    There is no index led by job (a claim would write each such index all over its
+    history, see schema.sql); the job's rows are its range of ids instead. Scheduled ones
+    come from the end of their range, already in the order of their instants
+    (core.identity), and within the instant bounds given, so a page reads about `limit`
+    rows however long the history. Manual and backfill ones (the rest of the job's range,
+    usually few) are read whole and merged in. `where` must hold the filters in full: the
+    bounds only narrow what is read.
     """
+    cond = "".join(f" AND {w}" for w in where)
     lo, hi = identity.job_scheduled_occurrences(job_id)
     _, end = identity.job_occurrences(job_id)  # [hi, end): the job's other kinds
-    sql = (
-        f"SELECT * FROM (SELECT * FROM ({OCC_SELECT} WHERE id >= ? AND id < ? "
-        f"ORDER BY id DESC LIMIT ?) UNION ALL {OCC_SELECT} WHERE id >= ? AND id < ?) "
-        "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?"
-    )
-    return sql, (lo, hi, limit, hi, end, limit)
+    parts: list[str] = []
+    args: list[Any] = []
+    if kind in (None, "scheduled"):
+        # One lower and one upper bound on id (SQLite narrows a range by one of each).
+        # Instants are whole seconds (core.identity); a bound outside the years ids can
+        # spell is left out (the filters in `where` stay exact).
+        first, upper, last = lo, "id < ?", hi
+        if since_ms is not None and 0 <= since_ms <= LAST_ID_INSTANT_MS:
+            first = identity.scheduled_occurrence_id(job_id, since_ms - since_ms % 1000)
+        if until_ms is not None and 0 <= until_ms <= LAST_ID_INSTANT_MS:
+            upper = "id <= ?"
+            last = identity.scheduled_occurrence_id(job_id, until_ms - until_ms % 1000)
+        parts.append(f"SELECT * FROM ({OCC_BY_ID} WHERE id >= ? AND {upper}{cond} "
+                     "ORDER BY id DESC LIMIT ?)")
+        args += [first, last, *params, limit]
+    if kind != "scheduled":
+        parts.append(f"{OCC_BY_ID} WHERE id >= ? AND id < ?{cond}")
+        args += [hi, end, *params]
+    sql = (f"SELECT * FROM ({' UNION ALL '.join(parts)}) "
+           "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?")
+    return sql, (*args, limit)
+
+
+def recent_occurrences(job_id: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+    """A job's newest `limit` occurrences, newest first (see job_occurrence_page)."""
+    return job_occurrence_page(job_id, [], [], limit)
 
 
 ATT_SELECT = (

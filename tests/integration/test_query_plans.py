@@ -14,7 +14,7 @@ import pytest
 from raftcron.core import identity
 from raftcron.leader import deadlines, dispatch, outbox, sweeper
 from raftcron.state.db import open_writer
-from raftcron.state.queries import recent_occurrences
+from raftcron.state.queries import job_occurrence_page, recent_occurrences
 
 OCC_PK = "sqlite_autoindex_occurrences_1"  # the primary key: occurrence ids
 # name: (sql, parameters, what the plan must use, tables it may scan whole). Only the
@@ -84,3 +84,17 @@ def test_per_job_read_uses_a_range_or_live_index(conn: sqlite3.Connection, name:
     scans = [step for step in plan if step.startswith("SCAN ") and "subquery" not in step
              and step != "SCAN CONSTANT ROW"]
     assert not scans, f"{name} scans a table: {plan}"
+
+
+@pytest.mark.parametrize("kind", [None, "scheduled"])
+def test_a_page_of_scheduled_occurrences_is_read_in_index_order(conn: sqlite3.Connection,
+                                                                kind: str | None) -> None:
+    """The scheduled part of a job's page stops after `limit` rows: it is read in id order,
+    by the primary key, even with a status filter (which would otherwise pick the status
+    index and walk every job's rows of that status)."""
+    sql, params = job_occurrence_page("j", ["status = ?", "job_id = ?"], ["succeeded", "j"],
+                                      51, kind=kind, since_ms=1000, until_ms=10**12)
+    plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()
+    coroutine = next(row[0] for row in plan if row[3].startswith("CO-ROUTINE"))
+    inside = [row[3] for row in plan if row[1] == coroutine]
+    assert inside and all(OCC_PK in step for step in inside), plan

@@ -108,8 +108,13 @@ async def leases(request: Request) -> Response:
             raise HTTPError(503, "no_leader", "leadership is starting; retry",
                             headers={"Retry-After": "1"})
         forwarded = {**body, "wait_s": min(float(wait_s), FORWARD_WAIT_CAP_S)}
-        return await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
-                                        forwarded["wait_s"] + FORWARD_GRACE_S)
+        response = await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
+                                            forwarded["wait_s"] + FORWARD_GRACE_S)
+        if response.status_code == 200 and await request.is_disconnected():
+            got = json.loads(response.body).get("leases") or []
+            if got:
+                await _release_undelivered(ctx, worker_id, got)
+        return response
     try:
         # JSONResponse encodes its body when built: built at commit, before the instant.
         got, response = await duties.dispatcher.lease(
@@ -125,17 +130,19 @@ async def leases(request: Request) -> Response:
 
 async def _release_undelivered(ctx: ApiContext, worker_id: str,
                                leases: list[dict[str, Any]]) -> None:
-    """The poller gave up before its leases committed (a worker's or a forwarding node's
-    timeout): nobody will run them. Hand them back now instead of leaving them running
-    until their heartbeat timeout, which would also use up one of their attempts."""
+    """The poller gave up before its leases committed (its own timeout, or that of the
+    node that forwarded its poll): nobody will run them. Hand them back now instead of
+    leaving them running until their heartbeat timeout, which would also use up one of
+    their attempts."""
     pairs = [[lease["attempt_id"], lease["fencing_token"]] for lease in leases]
     try:
-        await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs))
+        result = await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs))
     except HTTPError:
-        log.warning("could not release %d undelivered leases of %s; they end at their "
-                    "heartbeat timeout", len(pairs), worker_id)
+        released = 0
     else:
-        log.info("released %d leases that %s stopped waiting for", len(pairs), worker_id)
+        released = sum(1 for item in result.get("results", []) if item.get("ok"))
+    log.info("released %d of %d leases that %s stopped waiting for (any others end at "
+             "their heartbeat timeout)", released, len(pairs), worker_id)
 
 
 def _pairs(items: Any, field: str) -> list[list[Any]]:

@@ -238,28 +238,33 @@ def test_leader_failover_with_runs_in_flight_loses_nothing_and_fencing_stops_dup
     assert killed_at > 0
 
 
-def test_leases_whose_poller_gave_up_are_released_not_stranded(cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("via", ["leader", "follower"])
+def test_leases_whose_poller_gave_up_are_released_not_stranded(cluster: LocalCluster,
+                                                               via: str) -> None:
     """A poll that times out on the client before its Lease commits (a worker's timeout,
     or a forwarding follower's) must not leave that run `running` under a worker that
     never saw it: it is released at once, keeps its attempt number, and the next poll
-    gets it."""
+    gets it. Through a follower, the worker's poll is forwarded with at most 2 s of wait,
+    so it is sent 1.8 s before the instant."""
     c = cluster
     leader = c.wait_leader()
-    # Created and polled just after a ten-second boundary: its first instant is ~9.8 s away.
+    node = leader if via == "leader" else next(n for n in c.ids if n != leader)
+    # Created just after a ten-second boundary: its first instant is ~9.8 s away.
     time.sleep(10.2 - time.time() % 10)
     add_job(c, leader, "strand", cron="*/10 * * * * *", queue="strand")
     instant = int(time.time()) // 10 * 10 + 10
+    if via == "follower":
+        time.sleep(max(0.0, instant - 1.8 - time.time()))
     with pytest.raises(httpx.TimeoutException):
-        c.post(leader, "/v1/leases", {"worker_id": "gone", "queues": ["strand"], "max": 1,
-                                      "wait_s": 20}, timeout=2)
+        c.post(node, "/v1/leases", {"worker_id": "gone", "queues": ["strand"], "max": 1,
+                                    "wait_s": 20}, timeout=1)
     occ_id = f"strand@{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(instant))}"
 
     def released() -> dict[str, Any] | None:
         got = occ(c, leader, occ_id)
         return got if got["status"] == "pending" and got["attempt_list"] else None
 
-    sleep_s = instant - time.time() + 1.5  # the gone poll's Lease commits just before it
-    time.sleep(max(0.0, sleep_s))
+    time.sleep(max(0.0, instant - time.time() + 1.5))  # its Lease commits just before
     view = wait_until(released, 5, message="the undelivered lease released")
     attempt = view["attempt_list"][0]
     assert attempt["status"] == "pending" and attempt["worker_id"] is None, attempt

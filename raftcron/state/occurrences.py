@@ -8,7 +8,7 @@ from typing import Any
 
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Backfill, Claim, TriggerManual
-from raftcron.state.context import ApplyContext, ok, rejected
+from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
 from raftcron.state.tenants import FireCounter
 
@@ -33,12 +33,16 @@ class JobView:
     paused: bool
     queue: str
     watermark_ms: int
-    overlap_policy: str
+    spec: dict[str, Any]
     running: int | None = None
     queued: int | None = None
     new_watermark: int = field(default=0)
     # Rows of this claim batch still queued for this job (indexes into the batch lists).
     batch_queued: list[int] = field(default_factory=list)
+
+    @property
+    def overlap_policy(self) -> str:
+        return self.spec["overlap_policy"]
 
 
 def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView]:
@@ -48,13 +52,12 @@ def load_views(conn: sqlite3.Connection, job_ids: set[str]) -> dict[str, JobView
         chunk = ids[i : i + 500]
         marks = ",".join("?" * len(chunk))
         for row in conn.execute(
-            # The one field of the spec a claim needs, without parsing each spec.
-            "SELECT id, tenant, version, paused, queue, watermark_ms, "
-            f"json_extract(spec, '$.overlap_policy') FROM jobs WHERE id IN ({marks})",
+            "SELECT id, tenant, version, paused, queue, watermark_ms, spec FROM jobs "
+            f"WHERE id IN ({marks})",
             chunk,
         ):
             views[row[0]] = JobView(
-                row[0], row[1], row[2], bool(row[3]), row[4], row[5], row[6],
+                row[0], row[1], row[2], bool(row[3]), row[4], row[5], parse_spec(row[6]),
                 new_watermark=row[5],
             )
     return views

@@ -200,7 +200,9 @@ class Dispatcher:
                 pass
 
     def close(self) -> None:
+        """Leadership ended: waiting polls wake and end with LostEpoch."""
         self.closed = True
+        self.notify()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -95,4 +95,3 @@ class LeaderDuties:
         for task in self._tasks:
             task.cancel()
         self.dispatcher.close()
-        self.dispatcher.notify()

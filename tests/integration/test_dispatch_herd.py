@@ -11,6 +11,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
 from raftcron.leader.dispatch import HERD_LEASE_LEAD_MS, HERD_SIZE, LEASE_LEAD_MS, Dispatcher
+from raftcron.leader.ticker import LostEpoch
 from raftcron.state.db import open_reader, open_writer
 from raftcron.state.machine import StateMachine
 
@@ -98,8 +99,6 @@ def test_leases_are_prepared_at_commit_and_handed_out_at_their_instant(
 def test_a_waiting_poll_ends_when_leadership_ends(tmp_path: Path) -> None:
     """Even with an untrusted clock (which never proposes, so never fails), a poll waiting
     at a leader that steps down ends at once: its worker asks another node."""
-    from raftcron.leader.ticker import LostEpoch
-
     db = tmp_path / "s.db"
     cluster_state(db, 0, 1)
     d = Dispatcher(1, proposer=_CommitAtOnce(),  # type: ignore[arg-type]
@@ -111,7 +110,6 @@ def test_a_waiting_poll_ends_when_leadership_ends(tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         assert not poll.done()
         d.close()
-        d.notify()
         with pytest.raises(LostEpoch):
             await asyncio.wait_for(poll, 5)
 

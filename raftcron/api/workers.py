@@ -110,30 +110,32 @@ async def leases(request: Request) -> Response:
         forwarded = {**body, "wait_s": min(float(wait_s), FORWARD_WAIT_CAP_S)}
         response = await _forward_to_leader(request, ctx, json.dumps(forwarded).encode(),
                                             forwarded["wait_s"] + FORWARD_GRACE_S)
-        if response.status_code == 200 and await request.is_disconnected():
-            got = json.loads(response.body).get("leases") or []
-            if got:
-                await _release_undelivered(ctx, worker_id, got)
-        return response
+        return await _hand_over(request, ctx, worker_id, response)
     try:
         # JSONResponse encodes its body when built: built at commit, before the instant.
-        got, response = await duties.dispatcher.lease(
+        response = await duties.dispatcher.lease(
             worker_id, sorted(set(queues)), max_n, float(wait_s),
-            prepare=lambda got: (got, JSONResponse({"leases": got})))
+            prepare=lambda got: JSONResponse({"leases": got}))
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
-    if got and await request.is_disconnected():
-        await _release_undelivered(ctx, worker_id, got)
+    return await _hand_over(request, ctx, worker_id, response)
+
+
+async def _hand_over(request: Request, ctx: ApiContext, worker_id: str,
+                     response: Response) -> Response:
+    """The lease response, unless the poller gave up before its leases committed (its own
+    timeout, or that of the node that forwarded its poll): nobody would run them, so they
+    are handed back now instead of staying running until their heartbeat timeout, which
+    would also use up one of their attempts."""
+    if response.status_code == 200 and await request.is_disconnected():
+        leases = json.loads(response.body).get("leases") or []
+        if leases:
+            await _release(ctx, worker_id, leases)
     return response
 
 
-async def _release_undelivered(ctx: ApiContext, worker_id: str,
-                               leases: list[dict[str, Any]]) -> None:
-    """The poller gave up before its leases committed (its own timeout, or that of the
-    node that forwarded its poll): nobody will run them. Hand them back now instead of
-    leaving them running until their heartbeat timeout, which would also use up one of
-    their attempts."""
+async def _release(ctx: ApiContext, worker_id: str, leases: list[dict[str, Any]]) -> None:
     pairs = [[lease["attempt_id"], lease["fencing_token"]] for lease in leases]
     try:
         result = await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs))

@@ -56,10 +56,17 @@ def job_scheduled_occurrences(job_id: str) -> tuple[str, str]:
     return f"{job_id}@0", f"{job_id}@:"  # ":" follows "9"
 
 
+def scheduled_id_bound(job_id: str, ms: int) -> str:
+    """The scheduled id of the second holding `ms`: an inclusive id bound for instants at
+    or after (lower) or at or before (upper) `ms`, since instants are whole seconds. The
+    bound may also admit instants of that same second: filter on the instant too."""
+    return scheduled_occurrence_id(job_id, ms - ms % 1000)
+
+
 def job_scheduled_occurrences_after(job_id: str, after_ms: int) -> tuple[str, str]:
     """A range holding every scheduled occurrence id of a job with an instant after
     `after_ms` (and possibly a few from the same second: filter on the instant too)."""
-    return scheduled_occurrence_id(job_id, after_ms - after_ms % 1000), f"{job_id}@:"
+    return scheduled_id_bound(job_id, after_ms), f"{job_id}@:"
 
 
 def occurrence_attempts(occurrence_id: str) -> tuple[str, str]:

@@ -50,10 +50,10 @@ def job_occurrence_page(
         # spell is left out (the filters in `where` stay exact).
         first, upper, last = lo, "id < ?", hi
         if since_ms is not None and 0 <= since_ms <= LAST_ID_INSTANT_MS:
-            first = identity.scheduled_occurrence_id(job_id, since_ms - since_ms % 1000)
+            first = identity.scheduled_id_bound(job_id, since_ms)
         if until_ms is not None and 0 <= until_ms <= LAST_ID_INSTANT_MS:
             upper = "id <= ?"
-            last = identity.scheduled_occurrence_id(job_id, until_ms - until_ms % 1000)
+            last = identity.scheduled_id_bound(job_id, until_ms)
         parts.append(f"SELECT * FROM ({OCC_BY_ID} WHERE id >= ? AND {upper}{cond} "
                      "ORDER BY id DESC LIMIT ?)")
         args += [first, last, *params, limit]

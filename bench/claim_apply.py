@@ -91,14 +91,26 @@ ATT_SQL = (
 )
 
 
-def run_baseline(tmp: str, jobs: list[str], rounds: int, with_attempts: bool) -> float:
-    """Rows per second for plain executemany of the equivalent rows, one txn per batch."""
-    path = os.path.join(tmp, f"base-{with_attempts}.db")
+# The floor: the occurrence rows into a table with no index but its rowid, before any
+# index the product reads by.
+BARE_SCHEMA = (
+    "CREATE TABLE occurrences (id TEXT NOT NULL, job_id TEXT, tenant TEXT, queue TEXT, "
+    "kind TEXT, scheduled_for_ms INTEGER, dispatch_at_ms INTEGER, job_version INTEGER, "
+    "status TEXT, reason TEXT, idempotency_key TEXT, request_key TEXT, attempts INTEGER, "
+    "epoch INTEGER, created_ms INTEGER, finished_ms INTEGER)"
+)
+
+
+def run_baseline(tmp: str, jobs: list[str], rounds: int, with_attempts: bool,
+                 schema: str | None = None) -> float:
+    """Rows per second for plain executemany of the equivalent rows, one txn per batch,
+    into tables of the product's schema (or `schema`)."""
+    path = os.path.join(tmp, f"base-{with_attempts}-{schema is None}.db")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA cache_size=-65536")
-    conn.executescript(schema_sql())
+    conn.executescript(schema or schema_sql())
     batches = []
     for r in range(rounds):
         at = T0 + (r + 1) * MIN
@@ -124,35 +136,6 @@ def run_baseline(tmp: str, jobs: list[str], rounds: int, with_attempts: bool) ->
     return n / elapsed
 
 
-def run_bare(tmp: str, jobs: list[str], rounds: int) -> float:
-    """Rows per second into an occurrences table with no index but its rowid: the floor
-    of what SQLite can do with these rows, before any index the product reads by."""
-    path = os.path.join(tmp, "bare.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA cache_size=-65536")
-    conn.execute(
-        "CREATE TABLE occurrences (id TEXT NOT NULL, job_id TEXT, tenant TEXT, queue TEXT, "
-        "kind TEXT, scheduled_for_ms INTEGER, dispatch_at_ms INTEGER, job_version INTEGER, "
-        "status TEXT, reason TEXT, idempotency_key TEXT, request_key TEXT, attempts INTEGER, "
-        "epoch INTEGER, created_ms INTEGER, finished_ms INTEGER)")
-    batches = []
-    for r in range(rounds):
-        at = T0 + (r + 1) * MIN
-        batches.append([(identity.scheduled_occurrence_id(j, at), j, "default", "default",
-                         "scheduled", at, at, 1, "pending", None, None, None, 1, 1, at, None)
-                        for j in jobs])
-    start = time.perf_counter()
-    for rows in batches:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(OCC_SQL, rows)
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return rounds * len(jobs) / elapsed
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1000)
@@ -171,7 +154,8 @@ def main() -> None:
             t, jobs, args.rounds, "misfire", "allow"),
         "executemany occ+attempt": lambda t: run_baseline(t, jobs, args.rounds, True),
         "executemany occ only": lambda t: run_baseline(t, jobs, args.rounds, False),
-        "executemany occ, bare table": lambda t: run_bare(t, jobs, args.rounds),
+        "executemany occ, bare table": lambda t: run_baseline(t, jobs, args.rounds, False,
+                                                              BARE_SCHEMA),
     }
     results: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.reps):

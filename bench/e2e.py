@@ -69,7 +69,8 @@ async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
 
             stop_at = window[1] + 2
             worker = c.auth_headers(c.worker_token)
-            # The leader first: a follower would forward every lease and completion.
+            # The leader first: a follower would forward every lease and completion. Asked
+            # again: bulk creation can move leadership.
             leader = c.wait_leader(timeout=30)
             urls = leader_first(c.urls, leader)
             await asyncio.gather(mark(), *(

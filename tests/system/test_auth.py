@@ -234,7 +234,9 @@ def test_tenant_quotas_through_the_api(cl: LocalCluster, clients: list[As]) -> N
     listed = admin("GET", "/v1/tenants").json()["tenants"]
     assert {"green"} <= {t["name"] for t in listed}
     green = client(cl, clients, cl.create_token("tenant:green"), cl.ids[0])
-    assert [t["name"] for t in green("GET", "/v1/tenants").json()["tenants"]] == ["green"]
+    # Another node than the one that applied the PUT: read through a barrier.
+    seen = green("GET", "/v1/tenants?consistent=true").json()["tenants"]
+    assert [t["name"] for t in seen] == ["green"]
 
     assert green("POST", "/v1/jobs", job("g-1", "green")).status_code == 201
     assert green("POST", "/v1/jobs", job("g-2", "green")).status_code == 201

@@ -7,6 +7,13 @@ attempt rows with `executemany` into tables created from the same schema, one tr
 per batch, and the occurrence rows alone into a table with no index at all (the floor).
 `--rounds` sets how much history the run builds: job-led indexes slow down as it grows.
 
+The "ceiling" variants bound what any storage model could reach in Python over SQLite on
+this machine: a claim loop stripped to its least (decode the same command bytes, read each
+job's watermark and version from a narrow table, insert one lean occurrence row per item
+under the UNIQUE (instant, job) index and a pending-queue index, move the watermarks, one
+transaction), with no pending-attempt row, no overlap, pause or quota policy, and either no
+per-job index at all or one `(job_id, instant)` index for per-job reads.
+
     python bench/claim_apply.py [--jobs 1000] [--rounds 20] [--reps 5] [--profile]
 """
 
@@ -21,6 +28,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import identity
@@ -136,6 +144,64 @@ def run_baseline(tmp: str, jobs: list[str], rounds: int, with_attempts: bool,
     return n / elapsed
 
 
+CEILING_SCHEMA = """
+CREATE TABLE marks (job_id TEXT PRIMARY KEY, version INTEGER NOT NULL, tenant TEXT NOT NULL,
+    queue TEXT NOT NULL, watermark_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE occurrences (id TEXT NOT NULL, job_id TEXT NOT NULL, tenant TEXT NOT NULL,
+    queue TEXT NOT NULL, kind TEXT NOT NULL, scheduled_for_ms INTEGER NOT NULL,
+    dispatch_at_ms INTEGER NOT NULL, job_version INTEGER NOT NULL, status TEXT NOT NULL,
+    attempts INTEGER NOT NULL, epoch INTEGER NOT NULL, created_ms INTEGER NOT NULL);
+CREATE UNIQUE INDEX occ_scheduled_time ON occurrences (scheduled_for_ms, job_id)
+    WHERE kind = 'scheduled';
+CREATE INDEX occ_pending ON occurrences (queue, dispatch_at_ms) WHERE status = 'pending';
+"""
+PER_JOB_INDEX = "CREATE INDEX occ_job ON occurrences (job_id, scheduled_for_ms);"
+
+
+def run_ceiling(tmp: str, jobs: list[str], rounds: int, per_job_index: bool) -> float:
+    """Occurrence rows per second for the least a claim apply must do (see the module doc)."""
+    path = os.path.join(tmp, f"ceiling-{per_job_index}.db")
+    conn = open_writer(path, schema=CEILING_SCHEMA + (PER_JOB_INDEX if per_job_index else ""))
+    conn.executemany("INSERT INTO marks VALUES (?, 1, 'default', 'default', ?)",
+                     [(j, T0) for j in jobs])
+    payloads = [c.encode(claim_round(jobs, r, "fire")) for r in range(rounds)]
+    checkpointer = Checkpointer(path).start()
+    start = time.perf_counter()
+    for payload in payloads:
+        cmd = c.decode(payload)
+        assert isinstance(cmd, c.Claim)
+        now_ms, epoch, items = cmd.now_ms, cmd.epoch, cmd.items
+        conn.execute("BEGIN IMMEDIATE")
+        ids = sorted({item[0] for item in items})
+        marks: dict[str, list[Any]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for row in conn.execute(
+                "SELECT job_id, version, tenant, queue, watermark_ms FROM marks "
+                f"WHERE job_id IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                marks[row[0]] = list(row)
+        rows = []
+        for job_id, version, at, dispatch_at, _decision in items:
+            mark = marks.get(job_id)
+            if mark is None or mark[1] != version or at <= mark[4]:
+                continue
+            mark[4] = at
+            rows.append((identity.scheduled_occurrence_id(job_id, at), job_id, mark[2],
+                         mark[3], "scheduled", at, dispatch_at, version, "pending", 0, epoch,
+                         now_ms))
+        conn.executemany("INSERT INTO occurrences VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany("UPDATE marks SET watermark_ms = ? WHERE job_id = ?",
+                         [(m[4], m[0]) for m in marks.values()])
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    checkpointer.stop()
+    n = conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
+    assert n == rounds * len(jobs), n
+    conn.close()
+    return n / elapsed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1000)
@@ -156,6 +222,10 @@ def main() -> None:
         "executemany occ only": lambda t: run_baseline(t, jobs, args.rounds, False),
         "executemany occ, bare table": lambda t: run_baseline(t, jobs, args.rounds, False,
                                                               BARE_SCHEMA),
+        "ceiling: least claim, no per-job index": lambda t: run_ceiling(
+            t, jobs, args.rounds, False),
+        "ceiling: least claim + per-job index": lambda t: run_ceiling(
+            t, jobs, args.rounds, True),
     }
     results: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.reps):

@@ -22,8 +22,9 @@ def schema_sql() -> str:
     return resources.files("raftcron.state").joinpath("schema.sql").read_text()
 
 
-def open_writer(path: str) -> sqlite3.Connection:
-    """The single writer connection (used only by the Raft tick thread)."""
+def open_writer(path: str, schema: str | None = None) -> sqlite3.Connection:
+    """The single writer connection (used only by the Raft tick thread). `schema` replaces
+    the product's schema (benchmarks compare other table layouts with the same settings)."""
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -32,7 +33,7 @@ def open_writer(path: str) -> sqlite3.Connection:
     # Checkpoints run on a background connection (see Checkpointer), not inside the
     # COMMIT of whichever apply happened to cross the WAL threshold.
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.executescript(schema_sql())
+    conn.executescript(schema_sql() if schema is None else schema)
     return conn
 
 

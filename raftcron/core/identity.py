@@ -56,6 +56,11 @@ def job_scheduled_occurrences(job_id: str) -> tuple[str, str]:
     return f"{job_id}@0", f"{job_id}@:"  # ":" follows "9"
 
 
+def job_manual_occurrences(job_id: str) -> tuple[str, str]:
+    """The manual occurrence ids of a job."""
+    return f"{job_id}@manual-", f"{job_id}@manual."  # "." follows "-"
+
+
 def scheduled_id_bound(job_id: str, ms: int) -> str:
     """The scheduled id of the second holding `ms`: an inclusive id bound for instants at
     or after (lower) or at or before (upper) `ms`, since instants are whole seconds. The

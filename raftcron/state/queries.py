@@ -31,23 +31,23 @@ def job_occurrence_page(
     """SQL and parameters for one page of a job's occurrences matching `where`, newest
     first (by instant, then id), at most `limit` rows.
 
-    There is no index led by job (a claim would write each such index all over its
-    history, see schema.sql); the job's rows are its range of ids instead. Scheduled ones
-    come from the end of their range, already in the order of their instants
+    There is no index led by job over all occurrences (a claim would write such an index
+    all over its history, see schema.sql); the job's scheduled rows are its range of ids
+    instead. They come from the end of that range, already in the order of their instants
     (core.identity), and within the instant bounds given, so a page reads about `limit`
-    rows however long the history. Manual and backfill ones (the rest of the job's range,
+    rows however long the history. Backfill rows come the same way from the end of their
+    job's part of `occ_backfill`, led by job and instant. Manual ones (explicit triggers,
     usually few) are read whole and merged in. `where` must hold the filters in full: the
     bounds only narrow what is read.
     """
     cond = "".join(f" AND {w}" for w in where)
-    lo, hi = identity.job_scheduled_occurrences(job_id)
-    _, end = identity.job_occurrences(job_id)  # [hi, end): the job's other kinds
     parts: list[str] = []
     args: list[Any] = []
     if kind in (None, "scheduled"):
         # One lower and one upper bound on id (SQLite narrows a range by one of each).
         # Instants are whole seconds (core.identity); a bound outside the years ids can
         # spell is left out (the filters in `where` stay exact).
+        lo, hi = identity.job_scheduled_occurrences(job_id)
         first, upper, last = lo, "id < ?", hi
         if since_ms is not None and 0 <= since_ms <= LAST_ID_INSTANT_MS:
             first = identity.scheduled_id_bound(job_id, since_ms)
@@ -57,9 +57,17 @@ def job_occurrence_page(
         parts.append(f"SELECT * FROM ({OCC_BY_ID} WHERE id >= ? AND {upper}{cond} "
                      "ORDER BY id DESC LIMIT ?)")
         args += [first, last, *params, limit]
-    if kind != "scheduled":
+    if kind in (None, "backfill"):
+        instant_bounds = [(op, ms) for op, ms in ((">=", since_ms), ("<=", until_ms))
+                          if ms is not None]
+        bounds = "".join(f" AND scheduled_for_ms {op} ?" for op, _ in instant_bounds)
+        parts.append(f"SELECT * FROM ({OCC_SELECT} INDEXED BY occ_backfill WHERE job_id = ? "
+                     f"AND kind = 'backfill'{bounds}{cond} "
+                     "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?)")
+        args += [job_id, *(ms for _, ms in instant_bounds), *params, limit]
+    if kind not in ("scheduled", "backfill"):
         parts.append(f"{OCC_BY_ID} WHERE id >= ? AND id < ?{cond}")
-        args += [hi, end, *params]
+        args += [*identity.job_manual_occurrences(job_id), *params]
     sql = (f"SELECT * FROM ({' UNION ALL '.join(parts)}) "
            "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?")
     return sql, (*args, limit)

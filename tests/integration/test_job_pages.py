@@ -26,20 +26,23 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
     for job in JOBS:
         for i in range(rnd.randint(0, 120)):
             t = T0 + i * 60_000
-            rows.append((identity.scheduled_occurrence_id(job, t), job, "scheduled", t, None))
+            rows.append((identity.scheduled_occurrence_id(job, t), job, "scheduled", t, None,
+                         None))
         for i in range(rnd.randint(0, 8)):
             t = T0 + rnd.randint(0, 120) * 60_000 + rnd.randint(0, 59_999)
-            rows.append((identity.manual_occurrence_id(job, f"k{i}"), job, "manual", t, f"k{i}"))
-        for i in range(rnd.randint(0, 8)):
-            t = T0 + rnd.randint(0, 120) * 60_000
-            rows.append((identity.backfill_occurrence_id(job, t, f"r{i}"), job, "backfill", t,
+            rows.append((identity.manual_occurrence_id(job, f"k{i}"), job, "manual", t, f"k{i}",
                          None))
+        for _ in range(rnd.randint(0, 60)):  # several request keys share instants
+            t = T0 + rnd.randint(0, 40) * 180_000
+            key = f"r{rnd.randint(0, 3)}"
+            rows.append((identity.backfill_occurrence_id(job, t, key), job, "backfill", t,
+                         None, key))
     db.executemany(
         "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
-        "dispatch_at_ms, job_version, status, idempotency_key, epoch, created_ms) "
-        "VALUES (?, ?, 'default', 'default', ?, ?, ?, 1, ?, ?, 1, ?)",
-        [(oid, job, kind, t, t, rnd.choice(STATUSES), key, t)
-         for oid, job, kind, t, key in rows])
+        "dispatch_at_ms, job_version, status, idempotency_key, request_key, epoch, "
+        "created_ms) VALUES (?, ?, 'default', 'default', ?, ?, ?, 1, ?, ?, ?, 1, ?)",
+        [(oid, job, kind, t, t, rnd.choice(STATUSES), key, request, t)
+         for oid, job, kind, t, key, request in rows])
     return db
 
 

@@ -98,3 +98,17 @@ def test_a_page_of_scheduled_occurrences_is_read_in_index_order(conn: sqlite3.Co
     coroutine = next(row[0] for row in plan if row[3].startswith("CO-ROUTINE"))
     inside = [row[3] for row in plan if row[1] == coroutine]
     assert inside and all(OCC_PK in step for step in inside), plan
+
+
+@pytest.mark.parametrize("kind", [None, "backfill"])
+def test_a_page_of_backfill_occurrences_is_read_from_its_job_and_instant_index(
+        conn: sqlite3.Connection, kind: str | None) -> None:
+    """The backfill part of a job's page reads the job's end of `occ_backfill` within the
+    instant bounds, not the job's whole backfill history (a backfill of a year, hourly, is
+    8,760 rows)."""
+    sql, params = job_occurrence_page("j", ["status = ?", "job_id = ?"], ["succeeded", "j"],
+                                      51, kind=kind, since_ms=1000, until_ms=10**12)
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    assert any(step.startswith("SEARCH occurrences USING INDEX occ_backfill (job_id=? AND "
+                               "scheduled_for_ms>? AND scheduled_for_ms<?)")
+               for step in plan), plan

@@ -44,6 +44,15 @@ def test_the_scheduled_range_holds_only_scheduled_occurrences(a: str, b: str, in
     assert not within(backfill, identity.job_scheduled_occurrences(a))
 
 
+@given(JOB_IDS, JOB_IDS, INSTANTS, st.text(max_size=8))
+def test_the_manual_range_holds_only_manual_occurrences(a: str, b: str, instant: int,
+                                                       key: str) -> None:
+    scheduled, manual, backfill = occurrence_ids(b, instant, key)
+    assert within(manual, identity.job_manual_occurrences(a)) == (a == b)
+    assert not within(scheduled, identity.job_manual_occurrences(a))
+    assert not within(backfill, identity.job_manual_occurrences(a))
+
+
 @given(JOB_IDS, st.lists(INSTANTS, min_size=2, max_size=20, unique=True))
 def test_scheduled_ids_sort_by_instant(job_id: str, instants: list[int]) -> None:
     ids = {identity.scheduled_occurrence_id(job_id, t): t for t in instants}

@@ -26,6 +26,7 @@ from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
 from raftcron.leader.clock import ClockGuard
+from raftcron.leader.dispatch import freed_by
 from raftcron.leader.duties import DutySettings, LeaderDuties
 from raftcron.leader.retention import DEFAULT_RETENTION_S, parse_duration
 from raftcron.state import db
@@ -35,7 +36,7 @@ log = logging.getLogger("raftcron.node")
 
 JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
-                 c.PutJob, c.ResumeJob)
+                 c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
 
 
@@ -226,6 +227,8 @@ class Node:
         if isinstance(cmd, JOB_COMMANDS):
             duties.ticker.notify_jobs_changed(changed_job_ids(cmd))
         if isinstance(cmd, WORK_COMMANDS):
+            jobs, tenants = freed_by(cmd)
+            duties.dispatcher.free(jobs, tenants)
             duties.dispatcher.notify()
 
     def _on_tick(self) -> None:

@@ -39,6 +39,11 @@ def attempt_id(occurrence_id: str, number: int) -> str:
     return f"{occurrence_id}~{number}"
 
 
+def job_of(occurrence_or_attempt_id: str) -> str:
+    """The job an occurrence or attempt id belongs to (job ids contain no `@`)."""
+    return occurrence_or_attempt_id.split("@", 1)[0]
+
+
 # Id ranges. Job ids are `[A-Za-z0-9._-]`, so no job id contains `@` and no occurrence id
 # contains `~`: the ids that start with `<job>@` are exactly that job's occurrences, and
 # the ids that start with `<occurrence>~` exactly its attempts. A scheduled occurrence's

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from raftcron.cluster.proposer import Proposer
-from raftcron.core.commands import Lease
+from raftcron.core import commands as c
+from raftcron.core import identity
 from raftcron.leader.ticker import LostEpoch, now_ms
 
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
@@ -23,6 +24,29 @@ GROUP_MS = 10
 # well under the clock margin a new leader tolerates (node.MAX_CLOCK_BEHIND_MS).
 HERD_SIZE = 1000
 HERD_LEASE_LEAD_MS = 1000
+# After a Lease that handed out nothing, wait this long (or for a change) before choosing
+# again, rather than proposing the same refused runs in a loop.
+EMPTY_LEASE_PAUSE_S = 0.1
+# How long a held job or tenant is left out at most: the command that frees it may have
+# been handled before the Lease that held it returned here.
+HELD_FOR_S = 1.0
+
+
+def freed_by(cmd: c.Command) -> tuple[set[str], bool]:
+    """The jobs a command may let run again, and whether it may free tenant slots: a run
+    that ends frees its job (an exclusive policy) and a slot of its tenant; a job edit can
+    change its policy, a tenant edit its limit."""
+    if isinstance(cmd, c.Complete):
+        return {identity.job_of(item[0]) for item in cmd.completions}, True
+    if isinstance(cmd, c.Release):
+        return {identity.job_of(item[0]) for item in cmd.attempts}, True
+    if isinstance(cmd, c.Sweep):
+        return {identity.job_of(a) for a in cmd.attempt_ids}, True
+    if isinstance(cmd, c.PutJob):
+        return {cmd.job["id"]}, False
+    if isinstance(cmd, c.DeleteJob):
+        return {cmd.job_id}, False
+    return set(), isinstance(cmd, c.PutTenant)
 
 
 def fair_order(rows: list[tuple[str, str, str]], limit: int) -> list[str]:
@@ -73,6 +97,14 @@ class Dispatcher:
         self.open_reader = open_reader
         self.clock = clock
         self.reserved: set[str] = set()
+        # What the last Leases held back (state.attempts.lease): their pending runs are
+        # left out of the choice until a command may have freed them (`free`), for
+        # HELD_FOR_S at most. Otherwise
+        # the backlog of one such job (a backfill of a `forbid` job) fills every batch the
+        # choice looks at, the Lease hands out nothing, and the queue's other jobs wait.
+        # Name → monotonic time until which it is left out.
+        self.held_jobs: dict[str, float] = {}
+        self.held_tenants: dict[str, float] = {}
         # (queues, instant) seen with at least HERD_SIZE pending runs
         self.herds: set[tuple[tuple[str, ...], int]] = set()
         self.gate: Callable[[], bool] = lambda: True
@@ -84,6 +116,36 @@ class Dispatcher:
         """New or newly-due attempts may exist: wake long-polls."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def free(self, jobs: set[str], tenants: bool) -> None:
+        """`jobs` (and every tenant, if `tenants`) may have runs to lease again."""
+        for job in jobs:
+            self.held_jobs.pop(job, None)
+        if tenants:
+            self.held_tenants.clear()
+
+    def _hold(self, result: dict[str, Any]) -> bool:
+        """Note what a Lease held back; whether anything new was."""
+        until = time.monotonic() + HELD_FOR_S
+        new = False
+        for held, names in ((self.held_jobs, result.get("held_jobs", ())),
+                            (self.held_tenants, result.get("held_tenants", ()))):
+            for name in names:
+                new = new or name not in held
+                held[name] = until
+        return new
+
+    def _not_held(self) -> tuple[str, list[str]]:
+        """SQL conditions and parameters leaving out the runs of held jobs and tenants."""
+        now = time.monotonic()
+        sql, args = "", []
+        for column, held in (("job_id", self.held_jobs), ("tenant", self.held_tenants)):
+            for name in [n for n, until in held.items() if until <= now]:
+                del held[name]
+            if held:
+                sql += f" AND {column} NOT IN ({','.join('?' * len(held))})"
+                args += sorted(held)
+        return sql, args
 
     def _select(self, queues: list[str], limit: int, now: int
                 ) -> tuple[list[str], int, int | None]:
@@ -98,10 +160,12 @@ class Dispatcher:
         if self._conn is None:
             self._conn = self.open_reader()
         marks = ",".join("?" * len(queues))
+        not_held, held = self._not_held()
         rows = self._conn.execute(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
-            f"AND queue IN ({marks}) AND not_before_ms <= ? ORDER BY not_before_ms, id LIMIT ?",
-            (*queues, now + LEASE_LEAD_MS, limit * 4 + len(self.reserved)),
+            f"AND queue IN ({marks}) AND not_before_ms <= ?{not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, now + LEASE_LEAD_MS, *held, limit * 4 + len(self.reserved)),
         ).fetchall()
         rows = [r for r in rows if r[0] not in self.reserved]
         if rows:
@@ -131,9 +195,9 @@ class Dispatcher:
             self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
         rows = self._conn.execute(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
-            f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? "
+            f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?{not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
-            (*window, limit * 4 + len(self.reserved)),
+            (*window, *held, limit * 4 + len(self.reserved)),
         ).fetchall()
         rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
@@ -173,12 +237,13 @@ class Dispatcher:
                 self.reserved.update(ids)
                 try:
                     result = await self.proposer.propose_leader(
-                        Lease(self.epoch, stamp, worker_id, ids)
+                        c.Lease(self.epoch, stamp, worker_id, ids)
                     )
                 finally:
                     self.reserved.difference_update(ids)
                 if not result.get("ok"):
                     raise LostEpoch(result.get("message", "lease refused"))
+                newly_held = self._hold(result)
                 if result["leases"]:
                     prepared = prepare(result["leases"])
                     # Committed ahead of time: nothing is handed out before its instant.
@@ -186,7 +251,9 @@ class Dispatcher:
                     if early_ms > 0:
                         await asyncio.sleep(early_ms / 1000)
                     return prepared
-                continue
+                if newly_held:
+                    continue  # choose again, past what was just held back
+                next_due = now + int(EMPTY_LEASE_PAUSE_S * 1000)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return prepare([])

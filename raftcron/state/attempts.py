@@ -45,7 +45,9 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     """Hand pending attempts to a worker, each with a fresh, strictly increasing token.
 
     Loads the whole batch in one query and writes it with two `executemany`: a herd of
-    leases is on the fire-lag critical path.
+    leases is on the fire-lag critical path. `held_jobs` and `held_tenants` name what held
+    runs back (an exclusive job with a run leased, a tenant at `max_concurrent_runs`): the
+    dispatcher looks past their backlog until they are free again.
     """
     conn = ctx.conn
     seq = ctx.meta(META_FENCING_SEQ)
@@ -60,6 +62,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     att_updates: list[tuple] = []
     occ_updates: list[tuple] = []
     leases: list[dict[str, Any]] = []
+    held_jobs: set[str] = set()
+    held_tenants: set[str] = set()
     for attempt_id in ids:
         row = found.get(attempt_id)
         if row is None or row[4] != "pending" or row[5] > cmd.now_ms or row[8] is None:
@@ -73,11 +77,13 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
                     (job_id,),
                 ).fetchone()[0]
             if running_now[job_id] > 0:
+                held_jobs.add(job_id)
                 continue
             running_now[job_id] += 1
         if not limiter.allow(tenant):
             if job_id in running_now:
                 running_now[job_id] -= 1
+            held_tenants.add(tenant)
             continue
         seq += 1
         token = identity.fencing_token(cmd.epoch, seq)
@@ -111,7 +117,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ?", occ_updates
     )
     ctx.set_meta(META_FENCING_SEQ, seq)
-    return ok(leases=leases)
+    return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants))
 
 
 def _check_holder(att: tuple | None, token: Any, worker_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,97 @@
+"""Runs a Lease must hold back (an exclusive job with a run leased, a tenant at its
+`max_concurrent_runs`) do not stall the other jobs of their queue, however long their
+backlog, and come back once a command frees them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from raftcron.core import commands as c
+from raftcron.core.model import parse_job
+from raftcron.leader.dispatch import Dispatcher, freed_by
+from raftcron.state.db import open_reader, open_writer
+from raftcron.state.machine import StateMachine
+
+T0 = 1_767_225_600_000
+T = T0 + 3_600_000
+
+
+class ApplyingProposer:
+    """Commits each command by applying it to the state machine at the next index."""
+
+    def __init__(self, machine: StateMachine, index: int) -> None:
+        self.machine = machine
+        self.index = index
+        self.commands: list[c.Command] = []
+
+    def apply(self, cmd: c.Command) -> dict[str, Any]:
+        self.index += 1
+        self.commands.append(cmd)
+        return self.machine.apply(self.index, cmd)
+
+    async def propose_leader(self, cmd: c.Command) -> dict[str, Any]:
+        return self.apply(cmd)
+
+
+def put(p: ApplyingProposer, job_id: str, tenant: str, overlap: str) -> None:
+    spec = parse_job({"id": job_id, "tenant": tenant, "queue": "q", "overlap_policy": overlap,
+                      "schedule": {"cron": "0 0 1 1 *"}, "target": {"shell": "true"}}).to_spec()
+    assert p.apply(c.PutJob(f"put-{job_id}", T0, spec, True))["ok"]
+
+
+def setup(tmp_path: Path) -> tuple[ApplyingProposer, Dispatcher]:
+    p = ApplyingProposer(StateMachine(open_writer(str(tmp_path / "s.db"))), 0)
+    p.apply(c.BeginEpoch(1, "n1", T0))
+    db = str(tmp_path / "s.db")
+    d = Dispatcher(1, proposer=p, open_reader=lambda: open_reader(db),  # type: ignore[arg-type]
+                   clock=lambda: T + 1000)
+    return p, d
+
+
+def lease(d: Dispatcher, n: int) -> list[dict[str, Any]]:
+    return asyncio.run(d.lease("w", ["q"], n, 2))
+
+
+def test_a_forbid_jobs_backfill_does_not_stall_the_queue(tmp_path: Path) -> None:
+    p, d = setup(tmp_path)
+    put(p, "fb", "default", "forbid")
+    put(p, "other", "default", "allow")
+    instants = [T0 - i * 60_000 for i in range(1, 201)]
+    assert p.apply(c.Backfill("bf", T0, "fb", "k", instants))["created"] == 200
+    first = lease(d, 10)
+    assert [x["job_id"] for x in first] == ["fb"]  # one at a time
+    # Due after the whole backlog: the oldest 40 pending runs are all the forbid job's.
+    assert p.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
+    proposals = len(p.commands)
+    got = lease(d, 10)
+    assert [x["job_id"] for x in got] == ["other"]
+    # One refused Lease at most, then the held job is looked past (no loop of proposals).
+    assert len(p.commands) - proposals <= 2
+    # Its run ends: the job is free, and its next run goes out.
+    done = c.Complete(T + 2000, "w", [[first[0]["attempt_id"], first[0]["fencing_token"],
+                                       "succeeded", 0, ""]])
+    assert p.apply(done)["ok"]
+    d.free(*freed_by(done))
+    assert [x["job_id"] for x in lease(d, 10)] == ["fb"]
+    d.close()
+
+
+def test_a_tenant_at_its_run_limit_does_not_stall_the_queue(tmp_path: Path) -> None:
+    p, d = setup(tmp_path)
+    assert p.apply(c.PutTenant("t", T0, "busy", None, 1, None))["ok"]
+    put(p, "b", "busy", "allow")
+    put(p, "other", "default", "allow")
+    instants = [T0 - i * 60_000 for i in range(1, 201)]
+    assert p.apply(c.Backfill("bf", T0, "b", "k", instants))["created"] == 200
+    first = lease(d, 10)
+    assert [x["job_id"] for x in first] == ["b"]  # the tenant's one slot
+    assert p.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
+    assert [x["job_id"] for x in lease(d, 10)] == ["other"]
+    done = c.Complete(T + 2000, "w", [[first[0]["attempt_id"], first[0]["fencing_token"],
+                                       "succeeded", 0, ""]])
+    assert p.apply(done)["ok"]
+    d.free(*freed_by(done))
+    assert [x["job_id"] for x in lease(d, 10)] == ["b"]
+    d.close()

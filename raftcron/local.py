@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -91,17 +92,75 @@ def _spawn(args: list[str], log_path: Path, token: str | None = None
                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
+# A node or worker that exits is started again after RESTART_DELAY_S, so that killing one
+# shows a failover and then the node catching up, as under a service manager. One that
+# exits within QUICK_EXIT_S of its start CRASH_LOOP times in a row stops the cluster.
+RESTART_DELAY_S = 3.0
+QUICK_EXIT_S = 10.0
+CRASH_LOOP = 3
+
+
+@dataclass
+class Child:
+    """A process `raftcron up` keeps running."""
+
+    name: str
+    args: list[str]
+    log: Path
+    token: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    quick_exits: int = 0
+    restart_at: float | None = None
+
+    def start(self) -> None:
+        self.proc = _spawn(self.args, self.log, self.token)
+        self.started = time.monotonic()
+        self.restart_at = None
+
+    def check(self, now: float) -> str | None:
+        """Restart or schedule a restart; a message when something happened, "crash loop"
+        when the child keeps exiting."""
+        if self.restart_at is not None:
+            if now < self.restart_at:
+                return None
+            self.start()
+            return f"raftcron: {self.name} started again"
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            return None
+        self.quick_exits = self.quick_exits + 1 if now - self.started < QUICK_EXIT_S else 0
+        if self.quick_exits >= CRASH_LOOP:
+            return "crash loop"
+        self.restart_at = now + RESTART_DELAY_S
+        return (f"raftcron: {self.name} exited with {self.proc.returncode}; the others go "
+                f"on, it starts again in {RESTART_DELAY_S:.0f} s (log: {self.log})")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
 def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     root = Path(data_dir).resolve()
     configs = write_cluster_configs(root, nodes, port_base)
     admin_token, worker_token = local_tokens(root)
     urls = [f"http://127.0.0.1:{port_base + i}" for i in range(nodes)]
-    procs: list[subprocess.Popen[bytes]] = []
-    for cfg in configs:
-        procs.append(_spawn(["node", "--config", str(cfg)], root / f"{cfg.stem}.log"))
-    for i in range(workers):
-        procs.append(_spawn(["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}"],
-                            root / f"worker{i + 1}.log", worker_token))
+    children = [Child(f"node {cfg.stem}", ["node", "--config", str(cfg)],
+                      root / f"{cfg.stem}.log") for cfg in configs]
+    children += [Child(f"worker local-w{i + 1}",
+                       ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}"],
+                       root / f"worker{i + 1}.log", worker_token) for i in range(workers)]
+    for child in children:
+        child.start()
     leader = None
     deadline = time.monotonic() + 30
     while leader is None and time.monotonic() < deadline:
@@ -123,8 +182,10 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     print("         the status page asks for it once per browser tab")
     print(f"  try:   raftcron job add hello --cron '*/10 * * * * *' --shell 'echo hi' "
           f"--server {urls[0]}")
-    print("Ctrl-C stops the cluster; state is kept for the next run.")
+    print("Ctrl-C stops the cluster; state is kept for the next run. A node that dies is "
+          "started again.", flush=True)
     stopping = False
+    code = 0
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -134,20 +195,20 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         while not stopping:
-            for p in procs:
-                if p.poll() is not None and not stopping:
-                    print(f"raftcron: process {p.args[3:]} exited with {p.returncode}",
-                          file=sys.stderr)
-                    stopping = True
+            for child in children:
+                message = child.check(time.monotonic())
+                if message == "crash loop":
+                    print(f"raftcron: {child.name} keeps exiting (log: {child.log}); "
+                          "stopping the cluster", file=sys.stderr, flush=True)
+                    stopping, code = True, 1
+                    break
+                if message:
+                    print(message, file=sys.stderr, flush=True)
             time.sleep(0.2)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        print("raftcron: stopped")
-    return 0
+        for child in reversed(children):
+            child.stop()
+        for child in children:
+            child.wait()
+        print("raftcron: stopped", flush=True)
+    return code

@@ -1,0 +1,84 @@
+"""`raftcron up`, the quick start's command: a local cluster that outlives a node's death
+(the node is started again and catches up) and stops whole on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from raftcron.testing import free_port_base
+
+
+def pids_of(needle: str) -> list[int]:
+    """Processes whose command line holds `needle`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if needle.encode() in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def wait_for(what: str, check, timeout: float = 45.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def leader_seen_by(url: str, token: str) -> str | None:
+    try:
+        r = httpx.get(f"{url}/v1/cluster", headers={"Authorization": f"Bearer {token}"},
+                      timeout=1)
+        return r.json().get("leader_id") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> None:
+    data = tmp_path / "cluster"
+    base = free_port_base(3)
+    out = tmp_path / "up.out"
+    with open(out, "wb") as sink:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "raftcron", "up", "--data-dir", str(data), "--port-base",
+             str(base)], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for("the cluster to start", lambda: b"Ctrl-C stops" in out.read_bytes(), 60)
+        token = (data / "admin.token").read_text().strip()
+        n2_url = f"http://127.0.0.1:{base + 1}"
+        wait_for("a leader", lambda: leader_seen_by(n2_url, token))
+        n2_config = str(data / "n2.toml")
+        [old] = pids_of(n2_config)
+        os.kill(old, signal.SIGKILL)
+        # The others go on (a leader is seen from n1) and n2 comes back as a new process.
+        assert wait_for("a leader seen by n1",
+                        lambda: leader_seen_by(f"http://127.0.0.1:{base}", token))
+        wait_for("n2 to start again", lambda: b"node n2 started again" in out.read_bytes())
+        [new] = wait_for("n2's new process", lambda: pids_of(n2_config))
+        assert new != old
+        wait_for("n2 to serve again", lambda: leader_seen_by(n2_url, token))
+        assert up.poll() is None
+        up.send_signal(signal.SIGINT)
+        assert up.wait(30) == 0
+        assert b"raftcron: stopped" in out.read_bytes()
+        assert pids_of(str(data)) == []  # no node or worker left behind
+    finally:
+        if up.poll() is None:
+            up.kill()
+        for pid in pids_of(str(data)):
+            os.kill(pid, signal.SIGKILL)

@@ -71,14 +71,25 @@ def write_cluster_configs(data_dir: Path, nodes: int, port_base: int) -> list[Pa
                 if other != nid:
                     lines += ["[[peers]]", f'id = "{other}"', f'raft_addr = "{raft[other]}"',
                               f'http_url = "http://127.0.0.1:{http[other]}"', ""]
+            lines += _loopback_raft(raft[nid])
             path.write_text("\n".join(lines))
         else:
             text = path.read_text()
             if not re.search(r"^\s*(tokens_file|auth)\s*=", text, re.MULTILINE):
                 # A config written before API authentication: top-level keys go first.
-                path.write_text(f'tokens_file = "{TOKENS_FILE}"\n' + text)
+                text = f'tokens_file = "{TOKENS_FILE}"\n' + text
+            if not re.search(r"^\s*\[raft\]", text, re.MULTILINE):
+                # Written before the Raft port was bound to loopback.
+                text = text.rstrip("\n") + "\n\n" + "\n".join(_loopback_raft(raft[nid]))
+            path.write_text(text)
         paths.append(path)
     return paths
+
+
+def _loopback_raft(raft_addr: str) -> list[str]:
+    """Config lines binding a local node's Raft port to loopback: pysyncobj otherwise
+    listens on every interface, whatever address the node is known by."""
+    return ["[raft]", f'bindAddress = "{raft_addr}"', ""]
 
 
 def _spawn(args: list[str], log_path: Path, token: str | None = None

@@ -40,6 +40,18 @@ def wait_for(what: str, check, timeout: float = 45.0):  # type: ignore[no-untype
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def listen_addresses(port: int) -> set[str]:
+    """The IPv4 addresses listening on `port` (from /proc/net/tcp, hex as the kernel has
+    them: 0100007F is 127.0.0.1, 00000000 every interface)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, hex_port = fields[1].split(":")
+        if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            out.add(address)
+    return out
+
+
 def leader_seen_by(url: str, token: str) -> str | None:
     try:
         r = httpx.get(f"{url}/v1/cluster", headers={"Authorization": f"Bearer {token}"},
@@ -62,6 +74,10 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
         token = (data / "admin.token").read_text().strip()
         n2_url = f"http://127.0.0.1:{base + 1}"
         wait_for("a leader", lambda: leader_seen_by(n2_url, token))
+        # A local cluster is reachable from this machine only, Raft ports included.
+        for i in range(3):
+            assert listen_addresses(base + 100 + i) == {"0100007F"}
+            assert listen_addresses(base + i) == {"0100007F"}
         n2_config = str(data / "n2.toml")
         [old] = pids_of(n2_config)
         os.kill(old, signal.SIGKILL)

@@ -163,10 +163,19 @@ def _print(args: argparse.Namespace, data: Any, table: list[tuple[str, ...]] | N
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _read_json(path: str) -> Any:
+    """A JSON file named on the command line; a one-line UsageError naming it if it is
+    not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise UsageError(f"{path} is not valid JSON: {e}") from None
+
+
 def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
-        with open(args.file) as f:
-            body = json.load(f)
+        body = _read_json(args.file)
         if not isinstance(body, dict):
             raise UsageError("--file must hold a JSON object")
     else:
@@ -272,8 +281,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
 
     from raftcron.client import ApiError
 
-    with open(args.file) as f:
-        data = json.load(f)
+    data = _read_json(args.file)
     jobs = data.get("jobs") if isinstance(data, dict) else data
     if not isinstance(jobs, list) or not jobs:
         raise UsageError(f"{args.file} must hold a non-empty JSON list of jobs "

@@ -13,9 +13,14 @@ from starlette.requests import Request
 from raftcron.api.errors import HTTPError, rejection_error
 from raftcron.cluster.proposer import NO_LEADER, ProposalError
 from raftcron.core.commands import Barrier, Command
+from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
     from raftcron.node import Node
+
+# `?consistent=`: the spellings of a boolean query parameter.
+CONSISTENT_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
+                     "no": False}
 
 
 class ApiContext:
@@ -73,7 +78,10 @@ class ApiContext:
 
     async def maybe_barrier(self, request: Request) -> None:
         """`?consistent=true` reads go through a barrier first."""
-        if request.query_params.get("consistent", "").lower() in ("1", "true", "yes"):
+        value = request.query_params.get("consistent", "false").lower()
+        if value not in CONSISTENT_VALUES:
+            raise ValidationError("consistent", "must be true or false")
+        if CONSISTENT_VALUES[value]:
             await self.barrier()
 
 

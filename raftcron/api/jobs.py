@@ -167,7 +167,10 @@ async def list_jobs(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     limit = page_limit(request)
-    where, params = ["id > ?"], [request.query_params.get("cursor", "")]
+    cursor = request.query_params.get("cursor", "")
+    if cursor and not JOB_ID_RE.fullmatch(cursor):
+        raise ValidationError("cursor", "is not a cursor returned by this endpoint")
+    where, params = ["id > ?"], [cursor]
     tenant = request.query_params.get("tenant")
     if tenant is not None:
         where.append("tenant = ?")
@@ -258,13 +261,22 @@ async def occurrence_by_id(ctx: ApiContext, occ_id: str) -> dict[str, Any]:
     return occurrence_to_api(row)
 
 
+def only_fields(body: Any, allowed: set[str]) -> None:
+    """A body must be a JSON object of these fields: a misspelt one is an error, not a
+    silently ignored option."""
+    if not isinstance(body, dict):
+        raise ValidationError("body", "must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ValidationError(unknown[0], "unknown field")
+
+
 async def trigger_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     body = await json_body(request, required=False)
-    if not isinstance(body, dict):
-        raise ValidationError("body", "must be a JSON object")
+    only_fields(body, {"override_overlap"})
     override = body.get("override_overlap", False)
     if not isinstance(override, bool):
         raise ValidationError("override_overlap", "must be true or false")
@@ -284,8 +296,7 @@ async def backfill_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     body = await json_body(request)
-    if not isinstance(body, dict):
-        raise ValidationError("body", "must be a JSON object")
+    only_fields(body, {"start", "end"})
     start = parse_iso_ms(body.get("start"), "start")
     end = parse_iso_ms(body.get("end"), "end")
     if end < start:

@@ -209,6 +209,8 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     jid = data.get("id", job_id) if job_id is None else job_id
     if data.get("id") not in (None, jid):
         raise ValidationError("id", "does not match the job id in the URL")
+    if jid is None:
+        raise ValidationError("id", "is required")
     if not isinstance(jid, str) or not JOB_ID_RE.fullmatch(jid):
         raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
     if "schedule" not in data:

@@ -169,6 +169,10 @@ def test_bad_path_id_and_bad_query_parameters_are_400(api: Api) -> None:
     assert_error(api.get(nid, "/v1/occurrences", params={"kind": "odd"}), 400, "kind")
     assert_error(api.get(nid, "/v1/occurrences", params={"since": "yesterday"}), 400, "since")
     assert_error(api.get(nid, "/v1/occurrences", params={"cursor": "nope"}), 400, "cursor")
+    assert_error(api.get(nid, "/v1/jobs", params={"cursor": "not a job id"}), 400, "cursor")
+    for path in ("/v1/jobs", "/v1/occurrences"):
+        assert_error(api.get(nid, path, params={"consistent": "maybe"}), 400, "consistent")
+        assert api.get(nid, path, params={"consistent": "false"}).status_code == 200
 
 
 def test_bad_if_match_is_400(api: Api) -> None:
@@ -189,6 +193,12 @@ def test_bad_trigger_and_backfill_bodies_are_400(api: Api) -> None:
     assert_error(api.post(nid, "/v1/jobs/bodies/trigger", [1]), 400, "body")
     assert_error(api.post(nid, "/v1/jobs/bodies/trigger", {"override_overlap": "yes"}), 400,
                  "override_overlap")
+    # A misspelt option is an error, not silently ignored.
+    assert_error(api.post(nid, "/v1/jobs/bodies/trigger", {"overide_overlap": True}), 400,
+                 "overide_overlap")
+    assert_error(api.post(nid, "/v1/jobs/bodies/backfill",
+                          {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z",
+                           "dry_run": True}), 400, "dry_run")
     assert_error(api.post(nid, "/v1/jobs/bodies/backfill", {"end": "2026-01-01T00:00:00Z"}),
                  400, "start")
     assert_error(api.post(nid, "/v1/jobs/bodies/backfill",

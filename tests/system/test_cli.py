@@ -176,7 +176,9 @@ def test_job_import_of_an_invalid_job_exits_2_naming_it(
     assert "jobs[1].schedule.cron" in one_line(out.stderr)
     not_json = tmp_path / "x.json"
     not_json.write_text("{")
-    assert raftcron("job", "import", str(not_json), "--server", server).returncode == 2
+    out = raftcron("job", "import", str(not_json), "--server", server)
+    assert out.returncode == 2
+    assert f"{not_json} is not valid JSON" in one_line(out.stderr)
 
 
 def test_status_shows_the_node_and_its_peers(cli: tuple[LocalCluster, str]) -> None:

@@ -186,6 +186,8 @@ def test_notify_url_needs_a_host(url):
 
 def test_missing_required_fields():
     assert field_of({"schedule": "* * * * *", "target": {"shell": "x"}}) == "id"
+    with pytest.raises(ValidationError, match="is required"):
+        parse_job({"schedule": "* * * * *", "target": {"shell": "x"}})
     assert field_of({"id": "a", "target": {"shell": "x"}}) == "schedule"
     assert field_of({"id": "a", "schedule": "* * * * *"}) == "target"
 

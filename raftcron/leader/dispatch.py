@@ -97,12 +97,11 @@ class Dispatcher:
         self.open_reader = open_reader
         self.clock = clock
         self.reserved: set[str] = set()
-        # What the last Leases held back (state.attempts.lease): their pending runs are
-        # left out of the choice until a command may have freed them (`free`), for
-        # HELD_FOR_S at most. Otherwise
-        # the backlog of one such job (a backfill of a `forbid` job) fills every batch the
-        # choice looks at, the Lease hands out nothing, and the queue's other jobs wait.
-        # Name → monotonic time until which it is left out.
+        # What the last Leases held back (state.attempts.lease), name → monotonic time:
+        # their pending runs are left out of the choice until a command may have freed
+        # them (`free`), for HELD_FOR_S at most. Otherwise the backlog of one such job (a
+        # backfill of a `forbid` job) fills every batch the choice looks at, the Lease
+        # hands out nothing, and the queue's other jobs wait.
         self.held_jobs: dict[str, float] = {}
         self.held_tenants: dict[str, float] = {}
         # (queues, instant) seen with at least HERD_SIZE pending runs

@@ -363,14 +363,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     from raftcron.client import ApiError
 
     try:
-        st = _client(args).request("GET", "/v1/cluster", retries=2)
+        st = _client(args).request("GET", "/v1/cluster/nodes", retries=2)
     except ApiError as e:
         return _fail(str(e))
-    rows = [(st["node_id"], st["role"], str(st["term"]), str(st["epoch"]),
-             str(st["leader_id"]), str(st["commit_index"]), str(st["last_applied_index"]))]
-    rows += [(p["id"], "peer", "", "", "", "", "reachable" if p["reachable"] else "unreachable")
-             for p in st["peers"]]
-    _print(args, st, rows, ("node", "role", "term", "epoch", "leader", "commit", "applied"))
+
+    def cell(node: dict[str, Any], key: str) -> str:
+        value = node.get(key)
+        return "" if value is None else str(value)
+
+    rows = [(n["node_id"], n.get("role", "") if n.get("reachable") else "unreachable",
+             *(cell(n, k) for k in ("term", "epoch", "leader_id", "commit_index",
+                                    "last_applied_index", "replication_lag")))
+            for n in st["nodes"]]
+    _print(args, st, rows,
+           ("node", "role", "term", "epoch", "leader", "commit", "applied", "lag"))
     return 0
 
 

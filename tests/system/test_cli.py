@@ -181,25 +181,27 @@ def test_job_import_of_an_invalid_job_exits_2_naming_it(
     assert f"{not_json} is not valid JSON" in one_line(out.stderr)
 
 
-def test_status_shows_the_node_and_its_peers(cli: tuple[LocalCluster, str]) -> None:
+def test_status_shows_every_nodes_role(cli: tuple[LocalCluster, str]) -> None:
     c, server = cli
     out = raftcron("status", "--server", server)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
-    assert rows[0] == ["node", "role", "term", "epoch", "leader", "commit", "applied"]
+    assert rows[0] == ["node", "role", "term", "epoch", "leader", "commit", "applied", "lag"]
     leader = c.wait_leader()
-    assert rows[1][1] == "follower" and rows[1][4] == leader
-    assert sorted(r[0] for r in rows[1:]) == ["n1", "n2", "n3"]
-    assert [r[1] for r in rows[2:]] == ["peer", "peer"]
+    assert [r[0] for r in rows[1:]] == ["n1", "n2", "n3"]
+    roles = {r[0]: r[1] for r in rows[1:]}
+    assert roles == {n: "leader" if n == leader else "follower" for n in roles}, rows
+    assert all(r[4] == leader for r in rows[1:]), rows
     as_json = json.loads(raftcron("status", "--json", "--server", server).stdout)
-    assert as_json["leader_id"] == leader and as_json["role"] == "follower"
+    assert as_json["leader_id"] == leader
+    assert [n["node_id"] for n in as_json["nodes"]] == ["n1", "n2", "n3"]
 
 
 def test_cli_tries_the_next_server_when_one_is_down(cli: tuple[LocalCluster, str]) -> None:
     _, server = cli
     out = raftcron("status", "--json", "--server", f"http://127.0.0.1:9,{server}")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["node_id"] in ("n1", "n2", "n3")
+    assert json.loads(out.stdout)["asked_by"] in ("n1", "n2", "n3")
 
 
 def test_bad_cron_on_job_add_exits_2_with_one_line(cli: tuple[LocalCluster, str]) -> None:

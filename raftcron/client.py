@@ -15,7 +15,8 @@ class ApiError(Exception):
 
     def __str__(self) -> str:
         where = f" ({self.field})" if self.field else ""
-        return f"{self.message}{where} [{self.status} {self.code}]"
+        status = f" [{self.status} {self.code}]" if self.status else ""  # 0: no answer
+        return f"{self.message}{where}{status}"
 
 
 class Client:
@@ -46,7 +47,8 @@ class Client:
             time.sleep(min(0.2 * (attempt + 1), 1.0))
         if isinstance(last, ApiError):
             raise last
-        raise ApiError(0, "unreachable", f"no server answered: {last}")
+        raise ApiError(0, "unreachable",
+                       f"no server answered ({', '.join(self.servers)}): {last}")
 
     @staticmethod
     def _error(resp: httpx.Response) -> ApiError:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,31 +161,25 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
-    root = Path(data_dir).resolve()
-    configs = write_cluster_configs(root, nodes, port_base)
-    admin_token, worker_token = local_tokens(root)
-    urls = [f"http://127.0.0.1:{port_base + i}" for i in range(nodes)]
-    children = [Child(f"node {cfg.stem}", ["node", "--config", str(cfg)],
-                      root / f"{cfg.stem}.log") for cfg in configs]
-    children += [Child(f"worker local-w{i + 1}",
-                       ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}"],
-                       root / f"worker{i + 1}.log", worker_token) for i in range(workers)]
-    for child in children:
-        child.start()
-    leader = None
-    deadline = time.monotonic() + 30
-    while leader is None and time.monotonic() < deadline:
+def _wait_leader(urls: list[str], token: str, give_up: Callable[[], bool],
+                 timeout: float = 30.0) -> str | None:
+    """The leader's id once any node names one (None after `timeout` or on `give_up`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not give_up():
         for url in urls:
             try:
                 leader = httpx.get(f"{url}/v1/cluster", timeout=0.5, headers={
-                    "Authorization": f"Bearer {admin_token}"}).json().get("leader_id")
+                    "Authorization": f"Bearer {token}"}).json().get("leader_id")
             except (httpx.HTTPError, ValueError):
                 continue
             if leader:
-                break
+                return str(leader)
         time.sleep(0.3)
-    print(f"raftcron: {nodes} nodes, data in {root}")
+    return None
+
+
+def _print_banner(root: Path, urls: list[str], leader: str | None, admin_token: str) -> None:
+    print(f"raftcron: {len(urls)} nodes, data in {root}")
     for url in urls:
         print(f"  node   {url}   (status page {url}/ , API {url}/v1/jobs)")
     print(f"  leader {leader or 'not elected yet'}; logs in {root}/*.log")
@@ -195,6 +190,13 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
           f"--server {urls[0]}")
     print("Ctrl-C stops the cluster; state is kept for the next run. A node that dies is "
           "started again.", flush=True)
+
+
+def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
+    root = Path(data_dir).resolve()
+    configs = write_cluster_configs(root, nodes, port_base)
+    admin_token, worker_token = local_tokens(root)
+    urls = [f"http://127.0.0.1:{port_base + i}" for i in range(nodes)]
     stopping = False
     code = 0
 
@@ -202,9 +204,25 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
         nonlocal stopping
         stopping = True
 
+    # Before any child starts: they run in their own sessions, so Ctrl-C reaches only
+    # this process, which must then stop them whatever it was doing.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    children = [Child(f"node {cfg.stem}", ["node", "--config", str(cfg)],
+                      root / f"{cfg.stem}.log") for cfg in configs]
     try:
+        for child in children:
+            child.start()
+        leader = _wait_leader(urls, admin_token, lambda: stopping)
+        # Workers start once the nodes answer: earlier, their first polls only log errors.
+        worker_children = [
+            Child(f"worker local-w{i + 1}",
+                  ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}"],
+                  root / f"worker{i + 1}.log", worker_token) for i in range(workers)]
+        children += worker_children
+        for child in worker_children:
+            child.start()
+        _print_banner(root, urls, leader, admin_token)
         while not stopping:
             for child in children:
                 message = child.check(time.monotonic())

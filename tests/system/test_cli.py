@@ -256,3 +256,11 @@ def test_node_config_with_an_unreadable_secret_exits_2(tmp_path: Path) -> None:
     out = raftcron("node", "--config", str(cfg), cwd=tmp_path)
     assert out.returncode == 2
     assert "secret" in one_line(out.stderr)
+
+
+def test_no_server_answering_is_one_line_naming_the_servers() -> None:
+    out = raftcron("status", "--server", "http://127.0.0.1:9,http://127.0.0.1:10")
+    assert out.returncode == 2
+    line = one_line(out.stderr)
+    assert "no server answered (http://127.0.0.1:9, http://127.0.0.1:10)" in line, line
+    assert "[0 " not in line

@@ -78,6 +78,10 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
         for i in range(3):
             assert listen_addresses(base + 100 + i) == {"0100007F"}
             assert listen_addresses(base + i) == {"0100007F"}
+        # The worker starts once the nodes answer: its log has no failed polls.
+        wait_for("the worker", lambda: pids_of("local-w1"))
+        time.sleep(1)
+        assert b"ConnectError" not in (data / "worker1.log").read_bytes()
         n2_config = str(data / "n2.toml")
         [old] = pids_of(n2_config)
         os.kill(old, signal.SIGKILL)

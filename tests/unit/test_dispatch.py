@@ -1,8 +1,9 @@
-"""Fair ordering of due runs across tenants and jobs."""
+"""Fair ordering of due runs across tenants and jobs; what frees held-back runs."""
 
 from __future__ import annotations
 
-from raftcron.leader.dispatch import fair_order
+from raftcron.core import commands as c
+from raftcron.leader.dispatch import fair_order, freed_by
 
 
 def test_one_tenants_herd_cannot_starve_another() -> None:
@@ -23,3 +24,18 @@ def test_limit_and_empty() -> None:
     rows = [(f"x{i}", f"t{i % 3}", f"j{i}") for i in range(9)]
     out = fair_order(rows, 3)
     assert sorted(out) == ["x0", "x1", "x2"]
+
+
+def test_ended_runs_free_their_jobs_and_tenant_slots() -> None:
+    assert freed_by(c.Complete(1, "w", [["a.b@2026-01-01T00:00:00Z~1", 7, "succeeded", 0, ""],
+                                        ["c@manual-x~2", 8, "failed", 1, ""]])) == (
+        {"a.b", "c"}, True)
+    assert freed_by(c.Release(1, "w", [["a@2026-01-01T00:00:00Z~1", 7]])) == ({"a"}, True)
+    assert freed_by(c.Sweep(1, 1, ["s@backfill-0-2026-01-01T00:00:00Z~3"])) == ({"s"}, True)
+
+
+def test_edits_free_their_job_or_every_tenant() -> None:
+    assert freed_by(c.PutJob("r", 1, {"id": "j"}, False)) == ({"j"}, False)
+    assert freed_by(c.DeleteJob("r", 1, "j")) == ({"j"}, False)
+    assert freed_by(c.PutTenant("r", 1, "t", None, 5, None)) == (set(), True)
+    assert freed_by(c.Claim(1, 1, [])) == (set(), False)

@@ -242,6 +242,8 @@ class Node:
 
     def _role_changed(self, role: tuple[bool, int]) -> None:
         is_leader, term = role
+        log.info("term %d: %s", term, "leader" if is_leader else
+                 f"follower (leader at {self.raft.leader_addr() or 'none yet'})")
         if self.duties and (not is_leader or term != self.duties.epoch):
             log.info("stopping leader duties of epoch %d", self.duties.epoch)
             self.duties.stop()

@@ -15,12 +15,18 @@ term/vote meta file and snapshot files (file + directory) when they are replaced
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import time
 from typing import Any
 
 import pysyncobj.journal as pj
 import pysyncobj.serializer as ps
+
+log = logging.getLogger("raftcron.raft")
+# A journal sync this slow is logged (a third of the shortest election timeout).
+SLOW_SYNC_S = 0.1
 
 _installed = False
 
@@ -86,9 +92,14 @@ class JournalSyncer:
             return
         self.dirty = False
         resizable = self.journal._FileJournal__journalFile
+        started = time.monotonic()
         resizable.flush()  # msync(MS_SYNC) of the mapping
         os.fsync(resizable._ResizableFile__f.fileno())  # and the file's size/metadata
         self.syncs += 1
+        took = time.monotonic() - started
+        if took >= SLOW_SYNC_S:
+            # The Raft thread waits for it before sending anything, heartbeats included.
+            log.warning("journal sync took %.2f s", took)
 
 
 def make_durable(raft: Any) -> JournalSyncer | None:

@@ -72,6 +72,9 @@ FAILURE_BACKOFF_S = 30.0
 # stalls (RaftNode._forgive_stalls).
 NORMAL_TICK_S = 0.02
 STALL_FORGIVEN_AFTER_S = 0.03
+# Stalls this long are logged: half the shortest election timeout, the ones worth knowing
+# of when a leader change needs explaining.
+STALL_LOGGED_AFTER_S = 0.3
 
 
 class SnapshotStore:
@@ -281,6 +284,9 @@ class RaftNode(SyncObj):
         stall, self._last_tick = now - self._last_tick - NORMAL_TICK_S, now
         if stall < STALL_FORGIVEN_AFTER_S:
             return
+        if stall >= STALL_LOGGED_AFTER_S:
+            log.info("Raft thread stalled %.2f s (applying entries, syncing the journal or "
+                     "not scheduled); forgiven in the election timers", stall)
         if self._isLeader():
             last = self._SyncObj__lastResponseTime
             for node in last:

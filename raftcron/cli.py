@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -313,6 +314,9 @@ def _import(args: argparse.Namespace, client: Any) -> int:
     return 1 if refused else 0
 
 
+BACKFILL_MAX_INSTANTS = 100_000
+
+
 def _backfill(args: argparse.Namespace, client: Any) -> None:
     """Backfill in slices of at most 1,000 instants, printing progress on stderr.
 
@@ -331,10 +335,18 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
         raise UsageError(f"{e.field}: {e.message}") from None
     if end < start:
         raise UsageError("--end must not be before --start")
+    if args.max_instants < 1:
+        raise UsageError("--max-instants must be at least 1")
     job = client.request("GET", f"/v1/jobs/{args.job_id}")
     sched = parse_job({k: job[k] for k in ("id", "schedule", "target")}).compiled()
-    instants = [t * 1000 for t in sched.iter_between((start - 1) // 1000, end // 1000)
-                if t * 1000 >= start]
+    # Counted as they come: a range of years of a job firing every second would otherwise
+    # be listed whole in memory (and backfilled whole) before anything is checked.
+    in_range = (t * 1000 for t in sched.iter_between((start - 1) // 1000, end // 1000)
+                if t * 1000 >= start)
+    instants = list(itertools.islice(in_range, args.max_instants + 1))
+    if len(instants) > args.max_instants:
+        raise UsageError(f"the range holds more than {args.max_instants:,} instants of "
+                         f"{args.job_id}; narrow --start/--end or raise --max-instants")
     key = args.key or hashlib.sha256(f"{args.job_id} {start} {end}".encode()).hexdigest()[:16]
     ids: list[str] = []
     created = 0
@@ -478,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--start", required=True)
             a.add_argument("--end", required=True)
             a.add_argument("--key", help="Idempotency-Key (default: derived from the range)")
+            a.add_argument("--max-instants", dest="max_instants", type=int,
+                           default=BACKFILL_MAX_INSTANTS,
+                           help="refuse a range holding more instants than this "
+                                f"(default {BACKFILL_MAX_INSTANTS:,})")
         a.set_defaults(func=cmd_job)
 
     st = sub.add_parser("status", help="cluster status")

@@ -145,6 +145,24 @@ def test_job_backfill_prints_a_summary_on_stderr(cli: tuple[LocalCluster, str]) 
     assert json.loads(as_json.stdout)["occurrence_ids"] == listed[1:]
 
 
+def test_job_backfill_of_too_many_instants_exits_2_and_creates_nothing(
+        cli: tuple[LocalCluster, str]) -> None:
+    c, server = cli
+    assert raftcron("job", "add", "cli-big", "--cron", "* * * * * *", "--shell", "true",
+                    "--server", server).returncode == 0
+    # Six years of a job firing every second: 189 million instants.
+    out = raftcron("job", "backfill", "cli-big", "--start", "2020-01-01T00:00:00Z",
+                   "--end", "2026-01-01T00:00:00Z", "--max-instants", "500", "--server", server)
+    assert out.returncode == 2
+    assert "more than 500 instants of cli-big" in one_line(out.stderr)
+    occs = c.http.get(server + "/v1/occurrences",
+                      params={"job_id": "cli-big", "kind": "backfill"}).json()["occurrences"]
+    assert occs == []
+    bad = raftcron("job", "backfill", "cli-big", "--start", "2020-01-01T00:00:00Z",
+                   "--end", "2020-01-01T00:00:10Z", "--max-instants", "0", "--server", server)
+    assert bad.returncode == 2 and "--max-instants" in one_line(bad.stderr)
+
+
 def test_job_import_creates_each_job_once_and_reruns_harmlessly(
         cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
     c, server = cli

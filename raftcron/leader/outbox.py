@@ -6,7 +6,7 @@ is committed: nothing is sent for a change that did not happen.
 
 Receivers are the cluster-wide `webhooks` plus, for events that name a job, the job's
 `notify` URLs. The body is JSON (`{"id", "event", "created_at", "data"}`, compact, sorted
-keys) and every request carries `Idempotency-Key: <outbox id>` and
+keys) and every request carries `Idempotency-Key: <outbox id>-<created ms>` and
 `X-Raftcron-Signature: sha256=<hex HMAC-SHA256 of the exact body bytes>`.
 
 The outcome of each delivery round is committed with `AckOutbox` (a failure increments
@@ -71,10 +71,18 @@ def sign(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
-def webhook_headers(outbox_id: int, event: str, secret: bytes, body: bytes) -> dict[str, str]:
+def idempotency_key(outbox_id: int, created_ms: int) -> str:
+    """Unique over the cluster's history: ids are never reused since the outbox counter
+    (state.context), and a database written before it may have reused the id of a pruned
+    row, but never at the same creation time."""
+    return f"{outbox_id}-{created_ms}"
+
+
+def webhook_headers(outbox_id: int, created_ms: int, event: str, secret: bytes,
+                    body: bytes) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
-        "Idempotency-Key": str(outbox_id),
+        "Idempotency-Key": idempotency_key(outbox_id, created_ms),
         "X-Raftcron-Event": event,
         "X-Raftcron-Signature": sign(secret, body),
         "User-Agent": "raftcron-webhook/1",
@@ -158,7 +166,7 @@ class OutboxDelivery:
 
     async def _deliver(self, client: httpx.AsyncClient, row: Row) -> None:
         body = webhook_body(row.id, row.event, row.payload, row.created_ms)
-        headers = webhook_headers(row.id, row.event, self.secret, body)
+        headers = webhook_headers(row.id, row.created_ms, row.event, self.secret, body)
         errors: list[str] = []
         for url in row.targets:
             if (row.id, url) in self.sent:

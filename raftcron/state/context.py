@@ -8,7 +8,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from raftcron.state.db import get_meta, set_meta
+from raftcron.state.db import META_OUTBOX_SEQ, get_meta, set_meta
 
 
 @dataclass
@@ -23,11 +23,19 @@ class ApplyContext:
         set_meta(self.conn, key, value)
 
     def enqueue_outbox(self, event: str, payload: dict[str, Any], now_ms: int) -> None:
-        """Transactional outbox: the row commits with the state change that caused it."""
+        """Transactional outbox: the row commits with the state change that caused it.
+
+        Row ids come from a counter in `meta`, never from the table: SQLite would hand
+        the id of a pruned row out again, and receivers deduplicate deliveries on it."""
+        seq = self.meta(META_OUTBOX_SEQ) or self.conn.execute(
+            "SELECT coalesce(max(id), 0) FROM outbox").fetchone()[0]  # before the counter
         self.conn.execute(
-            "INSERT INTO outbox (event, payload, status, created_ms) VALUES (?, ?, 'pending', ?)",
-            (event, json.dumps(payload, sort_keys=True, separators=(",", ":")), now_ms),
+            "INSERT INTO outbox (id, event, payload, status, created_ms) "
+            "VALUES (?, ?, ?, 'pending', ?)",
+            (seq + 1, event, json.dumps(payload, sort_keys=True, separators=(",", ":")),
+             now_ms),
         )
+        self.set_meta(META_OUTBOX_SEQ, seq + 1)
 
 
 def ok(**fields: Any) -> dict[str, Any]:

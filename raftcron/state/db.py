@@ -16,6 +16,7 @@ META_LAST_APPLIED = "last_applied_index"
 META_EPOCH = "epoch"
 META_CLOCK = "clock_ms"
 META_FENCING_SEQ = "fencing_seq"
+META_OUTBOX_SEQ = "outbox_seq"
 
 
 def schema_sql() -> str:

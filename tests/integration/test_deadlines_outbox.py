@@ -12,6 +12,7 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core import identity
+from raftcron.core.timefmt import parse_iso_ms
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.outbox import OutboxDelivery, backoff_s, webhook_body, webhook_headers
 from raftcron.state.db import open_reader
@@ -149,7 +150,9 @@ async def test_outbox_signs_acks_and_backs_off(node: Node) -> None:
     assert node.one("SELECT status FROM outbox")[0] == "delivered"
     (url, body, headers), _ = ok.calls
     assert body == failing.calls[0][1], "a retry must send the same bytes"
-    assert headers["Idempotency-Key"] == str(json.loads(body)["id"])
+    doc = json.loads(body)
+    created_ms = parse_iso_ms(doc["created_at"], "created_at")
+    assert headers["Idempotency-Key"] == f"{doc['id']}-{created_ms}"
     assert headers["X-Raftcron-Signature"] == "sha256=" + hmac.new(
         b"k3y", body, hashlib.sha256).hexdigest()
     assert [backoff_s(n) for n in (0, 1, 2, 3, 30)] == [0, 1, 2, 4, 300]
@@ -159,4 +162,29 @@ def test_webhook_body_is_canonical() -> None:
     body = webhook_body(7, "alert.raised", {"b": 1, "a": "é"}, T0)
     assert body == (b'{"created_at":"2026-01-01T00:00:00Z","data":{"a":"\\u00e9","b":1},'
                     b'"event":"alert.raised","id":7}')
-    assert webhook_headers(7, "alert.raised", b"s", body)["Idempotency-Key"] == "7"
+    assert webhook_headers(7, T0, "alert.raised", b"s", body)["Idempotency-Key"] == f"7-{T0}"
+
+
+def test_outbox_ids_are_never_reused_after_retention_pruned_the_rows(node: Node) -> None:
+    """Receivers deduplicate on the key: an id handed out again would drop a new event.
+    SQLite's own rowids would restart at 1 once the rows are gone."""
+    def raise_and_deliver(alert_id: str, now: int) -> int:
+        node.apply(c.RaiseAlert(node.epoch, now, alert_id, "deadline", reason="missed"))
+        row_id = node.one("SELECT max(id) FROM outbox")[0]
+        node.apply(c.AckOutbox(node.epoch, now, row_id, True))
+        return row_id
+
+    first = [raise_and_deliver(f"a{i}", T0 + i) for i in range(3)]
+    assert first == [1, 2, 3]
+    r = node.apply(c.Prune("prune", T0 + 10 * MIN, before_ms=T0 + 5 * MIN))
+    assert r["ok"] and node.one("SELECT count(*) FROM outbox")[0] == 0
+    assert raise_and_deliver("a3", T0 + 11 * MIN) == 4
+
+
+def test_a_database_from_before_the_outbox_counter_continues_after_its_rows(
+        node: Node) -> None:
+    node.apply(c.RaiseAlert(node.epoch, T0, "a0", "deadline", reason="missed"))
+    node.conn.execute("DELETE FROM meta WHERE key = 'outbox_seq'")  # as written before
+    node.conn.execute("UPDATE outbox SET id = 41")
+    node.apply(c.RaiseAlert(node.epoch, T0 + 1, "a1", "deadline", reason="missed"))
+    assert node.one("SELECT max(id) FROM outbox")[0] == 42

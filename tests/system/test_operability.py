@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from raftcron.core.timefmt import parse_iso_ms
 from raftcron.testing import LocalCluster, wait_until
 from tests.system.helpers import add_job
 
@@ -136,7 +137,8 @@ def test_missed_deadline_alerts_signed_webhook_and_resolves(hooked: LocalCluster
     assert hook["headers"]["content-type"] == "application/json"
     assert hmac.compare_digest(hook["headers"]["x-raftcron-signature"], signature(body))
     doc = json.loads(body)
-    assert hook["headers"]["idempotency-key"] == str(doc["id"])
+    assert hook["headers"]["idempotency-key"] == (
+        f"{doc['id']}-{parse_iso_ms(doc['created_at'], 'created_at')}")
     assert doc["data"] == {
         "alert_id": alert["id"], "kind": "deadline", "job_id": "nightly",
         "occurrence_id": alert["occurrence_id"], "reason": "missed",

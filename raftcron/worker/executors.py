@@ -306,9 +306,17 @@ async def run_http(
     return RunResult("failed", None, f"[raftcron] request aborted: {killed}\n", killed=killed)
 
 
+# The worker's own credentials: a job gets none of them (a job holding the worker token
+# could lease and complete other jobs' runs).
+WORKER_SECRETS = ("RAFTCRON_TOKEN",)
+
+
 def job_env(lease: Lease, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a shell run: the worker's environment plus the RAFTCRON_* ids."""
+    """The environment of a shell run: the worker's environment, without its token, plus
+    the RAFTCRON_* ids."""
     env = dict(os.environ if base is None else base)
+    for name in WORKER_SECRETS:
+        env.pop(name, None)
     env.update({
         "RAFTCRON_JOB_ID": lease.job_id,
         "RAFTCRON_OCCURRENCE_ID": lease.occurrence_id,

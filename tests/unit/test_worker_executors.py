@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -85,13 +84,12 @@ async def test_nonzero_exit_fails_with_code() -> None:
     assert "nope" in r.output
 
 
-async def test_environment_has_raftcron_ids() -> None:
-    os.environ["RAFTCRON_TEST_INHERITED"] = "yes"
-    try:
-        lease = make_lease({"shell": "env"})
-        r = await execute(lease)
-    finally:
-        del os.environ["RAFTCRON_TEST_INHERITED"]
+async def test_environment_has_raftcron_ids_and_not_the_worker_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTCRON_TEST_INHERITED", "yes")
+    monkeypatch.setenv("RAFTCRON_TOKEN", "rc_worker_secret")
+    r = await execute(make_lease({"shell": "env"}))
+    assert "rc_worker_secret" not in r.output
     env = dict(line.split("=", 1) for line in r.output.splitlines() if "=" in line)
     assert r.outcome == "succeeded"
     assert env["RAFTCRON_JOB_ID"] == "job-1"

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import random
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,11 @@ from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, e
 log = logging.getLogger("raftcron.worker")
 
 LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})
+
+
+class WorkerConfigError(Exception):
+    """The servers refuse this worker as configured (token, scope, queues): exit, do not
+    retry."""
 
 
 class Backoff:
@@ -210,6 +216,7 @@ class Worker:
         self._http_transport = http_transport
         self._execute = executor or execute
         self._runs: dict[str, _Run] = {}
+        self._leased_once = False  # a lease request was answered (the config works)
         self._changed = asyncio.Event()
 
     @property
@@ -267,10 +274,15 @@ class Worker:
                 await _sleep_or(stop, delay)
                 continue
             except ApiError as e:
+                if e.status in (401, 403) and not self._leased_once:
+                    # A missing or wrong token, or a queue it may not lease from: no retry
+                    # will fix the worker's own configuration.
+                    raise WorkerConfigError(f"cannot lease: {e.message}") from None
                 delay = backoff.next()
                 log.error("server refused the lease request: %s; retrying in %.1fs", e, delay)
                 await _sleep_or(stop, delay)
                 continue
+            self._leased_once = True
             backoff.reset()
             if stop.is_set():
                 await self._release(leases)
@@ -472,6 +484,9 @@ def main(
 
     try:
         asyncio.run(amain())
+    except WorkerConfigError as e:
+        print(f"raftcron: {e}", file=sys.stderr)
+        return 2
     except asyncio.CancelledError:
         return 1
     except Exception:

@@ -320,3 +320,19 @@ def test_node_refuses_to_start_without_a_tokens_decision(tmp_path: Path) -> None
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr
     assert not (tmp_path / "n1").exists()
+
+
+@pytest.mark.parametrize("scope, queues", [(None, "default"), ("bogus", "default"),
+                                           ("worker:q1", "q2")])
+def test_a_worker_the_cluster_refuses_exits_2_with_one_line(
+        cl: LocalCluster, scope: str | None, queues: str) -> None:
+    """A missing or unknown token, or a queue the token may not lease from, is the
+    worker's configuration: it says so and exits instead of retrying forever."""
+    token = None if scope is None else (
+        "rc_not_a_token" if scope == "bogus" else cl.create_token(scope))
+    servers = ",".join(cl.urls.values())
+    out = raftcron("worker", "--server", servers, "--queues", queues, "--id", "refused",
+                   token=token)
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("raftcron: cannot lease: "), out.stderr

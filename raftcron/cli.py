@@ -130,6 +130,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     if not 1 <= args.nodes <= 7:
         return _fail("--nodes must be between 1 and 7")
+    if args.workers < 0:
+        return _fail("--workers must be 0 or more")
+    # HTTP ports from --port-base, Raft ports from --port-base + 100.
+    if not 1024 <= args.port_base <= 65535 - 100 - args.nodes:
+        return _fail(f"--port-base must be between 1024 and {65535 - 100 - args.nodes} "
+                     "(nodes use it and the ports after it, and 100 above for Raft)")
     return run_up(args.data_dir, args.nodes, args.port_base, workers=args.workers)
 
 

@@ -63,6 +63,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
     from raftcron.backup import BackupError, inspect
 
     out = os.path.abspath(args.out)
+    if os.path.isdir(out):
+        return _fail(f"{out} is a directory; --out names the backup file")
+    if not os.path.isdir(os.path.dirname(out)):
+        return _fail(f"directory {os.path.dirname(out)} does not exist")
     if os.path.exists(out) and not args.force:
         return _fail(f"{out} exists (pass --force to overwrite it)")
     tmp = f"{out}.{uuid.uuid4().hex}.part"

@@ -124,6 +124,12 @@ def _need(data: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def _port(value: int, key: str) -> int:
+    if not 1 <= value <= 65535:
+        raise ConfigError(f"config {key!r} must be a port number (1-65535), not {value}")
+    return value
+
+
 def _auth(data: dict[str, Any]) -> tuple[str | None, bool]:
     """`tokens_file`, or an explicit `auth = "off"`: a node never runs open by omission."""
     mode = data.get("auth", "tokens")
@@ -203,7 +209,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         data_dir=rel(_need(data, "data_dir", str)),
         raft_addr=_need(data, "raft_addr", str),
         http_host=data.get("http_host", "127.0.0.1"),
-        http_port=_need(data, "http_port", int),
+        http_port=_port(_need(data, "http_port", int), "http_port"),
         secret_file=rel(data["secret_file"]),
         peers=tuple(peers),
         raft_overrides=dict(data.get("raft", {})),

@@ -282,3 +282,19 @@ def test_no_server_answering_is_one_line_naming_the_servers() -> None:
     line = one_line(out.stderr)
     assert "no server answered (http://127.0.0.1:9, http://127.0.0.1:10)" in line, line
     assert "[0 " not in line
+
+
+def test_backup_to_a_path_it_cannot_write_exits_2_with_one_line(tmp_path: Path) -> None:
+    for out, says in ((tmp_path / "no" / "x.db", "does not exist"),
+                      (tmp_path, "is a directory")):
+        res = raftcron("backup", "--out", str(out), "--force", "--server",
+                       "http://127.0.0.1:9")
+        assert res.returncode == 2
+        assert says in one_line(res.stderr)
+
+
+def test_up_with_ports_out_of_range_exits_2_with_one_line(tmp_path: Path) -> None:
+    res = raftcron("up", "--port-base", "70000", "--data-dir", str(tmp_path / "c"))
+    assert res.returncode == 2
+    assert "--port-base must be between" in one_line(res.stderr)
+    assert not (tmp_path / "c").exists()

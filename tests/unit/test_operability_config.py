@@ -42,6 +42,12 @@ def test_bad_operability_config_is_a_config_error(tmp_path: Path, extra: str) ->
         load_config(str(write(tmp_path, extra)))
 
 
+@pytest.mark.parametrize("port", [0, 70000, -5])
+def test_an_http_port_out_of_range_is_a_config_error(tmp_path: Path, port: int) -> None:
+    with pytest.raises(ConfigError, match="port number"):
+        load_config(str(write(tmp_path)), {"http_port": port})
+
+
 def test_node_flags() -> None:
     args = build_parser().parse_args(
         ["node", "--config", "c", "--webhook", "http://a", "--webhook", "http://b",

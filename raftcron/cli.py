@@ -194,6 +194,8 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         sched["cron"] = args.cron
     if args.tz:
         sched["timezone"] = args.tz
+    if args.shell and args.url:
+        raise UsageError("--shell and --url are two kinds of target: give one")
     if args.shell:
         body["target"] = {"shell": args.shell}
     if args.url:
@@ -481,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--tz")
             a.add_argument("--shell")
             a.add_argument("--url")
-            a.add_argument("--method", default="POST")
+            a.add_argument("--method", default="POST",
+                           help="HTTP method of a --url target (default POST)")
             a.add_argument("--misfire-policy", dest="misfire_policy")
             a.add_argument("--overlap-policy", dest="overlap_policy")
             a.add_argument("--max-attempts", dest="max_attempts", type=int)

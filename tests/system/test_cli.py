@@ -298,3 +298,10 @@ def test_up_with_ports_out_of_range_exits_2_with_one_line(tmp_path: Path) -> Non
     assert res.returncode == 2
     assert "--port-base must be between" in one_line(res.stderr)
     assert not (tmp_path / "c").exists()
+
+
+def test_job_add_with_two_kinds_of_target_exits_2_with_one_line() -> None:
+    res = raftcron("job", "add", "two", "--cron", "* * * * *", "--shell", "true", "--url",
+                   "http://127.0.0.1:9/x", "--server", "http://127.0.0.1:9")
+    assert res.returncode == 2
+    assert "--shell and --url" in one_line(res.stderr)

@@ -242,7 +242,8 @@ async def run_http(
 ) -> RunResult:
     """Send the request described by `spec` ({url, method, headers, body}).
 
-    2xx is success (exit_code None); any other status fails with the status as exit code;
+    2xx is success (exit_code None); any other status fails with the status as exit code
+    (and the status line first in the output);
     a transport error, the runtime limit, or cancellation fails with exit_code None.
     `max_runtime_s` bounds the whole exchange; without it `default_timeout_s` does.
     """
@@ -274,7 +275,9 @@ async def run_http(
                 collected.write(chunk)
         if resp.is_success:
             return RunResult("succeeded", None, collected.text())
-        return RunResult("failed", resp.status_code, collected.text())
+        # The attempt's exit code is the status; its output says so in words first.
+        status = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+        return RunResult("failed", resp.status_code, f"{status}\n{collected.text()}")
 
     task = asyncio.create_task(exchange())
     watched: set[asyncio.Future[Any]] = {task}

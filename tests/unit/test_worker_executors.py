@@ -231,6 +231,7 @@ async def test_http_5xx_fails_with_status_code(http_server) -> None:
     base, _ = http_server
     r = await execute(make_lease({"http": {"url": f"{base}/echo?status=503", "method": "GET"}}))
     assert (r.outcome, r.exit_code) == ("failed", 503)
+    assert r.output.startswith("HTTP 503 Service Unavailable\n"), r.output
 
 
 async def test_http_body_keeps_head_and_tail(http_server) -> None:

@@ -87,6 +87,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         config.read_secret()
         config.read_webhook_secret()
         config.check_tls_files()
+        config.check_ports_free()
         if config.tokens_file is not None:
             if not os.path.isfile(config.tokens_file):
                 raise ConfigError(f"tokens file {config.tokens_file!r} does not exist: create "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,24 @@ class NodeConfig:
                     f.read(1)
             except OSError as e:
                 raise ConfigError(f"cannot read {key} {path!r}: {e.strerror}") from None
+
+    def check_ports_free(self) -> None:
+        """Fail now when another process listens on this node's Raft or HTTP port:
+        pysyncobj would retry its bind quietly forever, leaving a node that serves HTTP
+        but never joins the cluster."""
+        bind = str(self.raft_overrides.get("bindAddress") or "")
+        raft_host, raft_port = (bind or self.raft_addr).rsplit(":", 1)
+        for what, host, port in (("Raft", raft_host if bind else "0.0.0.0", raft_port),
+                                 ("HTTP", self.http_host, self.http_port)):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+                try:
+                    sock.bind((host.strip("[]"), int(port)))
+                except (OSError, ValueError) as e:
+                    reason = getattr(e, "strerror", None) or str(e)
+                    raise ConfigError(f"cannot listen for {what} on {host}:{port}: "
+                                      f"{reason}") from None
 
     @property
     def db_path(self) -> str:

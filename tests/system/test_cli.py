@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.testing import LocalCluster, wait_until
+from raftcron.local import write_cluster_configs
+from raftcron.testing import LocalCluster, free_port_base, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -305,3 +307,14 @@ def test_job_add_with_two_kinds_of_target_exits_2_with_one_line() -> None:
                    "http://127.0.0.1:9/x", "--server", "http://127.0.0.1:9")
     assert res.returncode == 2
     assert "--shell and --url" in one_line(res.stderr)
+
+
+def test_node_whose_raft_port_is_taken_exits_2_with_one_line(tmp_path: Path) -> None:
+    base = free_port_base(3)
+    write_cluster_configs(tmp_path, 3, base)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 100))  # n1's Raft port
+        taken.listen()
+        res = raftcron("node", "--config", str(tmp_path / "n1.toml"))
+    assert res.returncode == 2
+    assert f"cannot listen for Raft on 127.0.0.1:{base + 100}" in one_line(res.stderr)

@@ -246,7 +246,8 @@ def test_rolling_restart_misses_no_tick(cluster: LocalCluster) -> None:
 def test_journal_stays_bounded_by_compaction(tmp_path: Path) -> None:
     c = LocalCluster(tmp_path)
     for path in c.configs:
-        path.write_text(path.read_text() + "\n[raft]\nlogCompactionMinEntries = 20\n")
+        path.write_text(path.read_text().replace("[raft]\n",
+                                                 "[raft]\nlogCompactionMinEntries = 20\n"))
     c.start()
     try:
         leader = c.wait_leader(timeout=30)

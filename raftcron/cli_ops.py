@@ -150,9 +150,16 @@ def cmd_add_node(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         return _fail(f"add-node failed: {e}")
     _print_members(args, view)
-    if not args.json:
+    if args.json:
+        return 0
+    if view.get("added", True):
         print(f"\n{args.id} is a member. Start it with an empty data_dir and these peers in "
               f"its config:\n\n{_peer_block(view, exclude=args.id)}", file=sys.stderr)
+    else:
+        print(f"\n{args.id} was already a member with this Raft address: nothing changed. "
+              "Keep its data_dir if it has run; a node that never ran starts with an empty "
+              f"one and these peers:\n\n{_peer_block(view, exclude=args.id)}",
+              file=sys.stderr)
     return 0
 
 

@@ -134,6 +134,7 @@ async def add_member(node: Node, member_id: str, raft_addr: str, http_url: str
         if p.raft_addr == m.raft_addr and p.id != m.id:
             raise OpsError(409, "conflict", f"Raft address {m.raft_addr} belongs to "
                            f"member {p.id!r}", "raft_addr")
+    existed = any(p.id == m.id and p.raft_addr == m.raft_addr for p in node.config.peers)
     await _raft_change(
         node, lambda cb: node.raft.addNodeToCluster(m.raft_addr, callback=cb),
         f"add {m.raft_addr}", lambda: m.raft_addr in node.raft.other_addrs())
@@ -141,8 +142,10 @@ async def add_member(node: Node, member_id: str, raft_addr: str, http_url: str
     if not result.get("ok"):
         raise OpsError(400, "invalid", str(result.get("message")))
     node.refresh_peers()
-    log.info("member %s (%s, %s) added", m.id, m.raft_addr, m.http_url)
-    return members_view(node)
+    log.info("member %s (%s, %s) %s", m.id, m.raft_addr, m.http_url,
+             "was already one" if existed else "added")
+    # `added` false: it was a member already (a repeated call), perhaps running.
+    return {**members_view(node), "added": not existed}
 
 
 async def remove_member(node: Node, member_id: str) -> dict[str, Any]:

@@ -182,6 +182,7 @@ def test_remove_a_dead_node_and_add_a_fresh_one(tmp_path: Path) -> None:
                        "--raft-addr", f"127.0.0.1:{c.port_base + 103}",
                        "--http-url", c.urls["n4"])
         assert res.returncode == 0, res.stderr
+        assert "n4 is a member. Start it with an empty data_dir" in res.stderr
         c.start("n4")
         digests = c.wait_converged(timeout=40)
         assert set(digests) == {*alive, "n4"}
@@ -189,6 +190,13 @@ def test_remove_a_dead_node_and_add_a_fresh_one(tmp_path: Path) -> None:
             view = c.get(nid, "/v1/cluster/members")
             assert {(m["id"], m["http_url"]) for m in view["members"]} == {
                 (n, c.urls[n]) for n in (*alive, "n4")}, view
+        # Adding it again changes nothing and does not tell to wipe a running node.
+        again = _ops_cli(c, "cluster", "add-node", "--server", servers, "--id", "n4",
+                         "--raft-addr", f"127.0.0.1:{c.port_base + 103}",
+                         "--http-url", c.urls["n4"])
+        assert again.returncode == 0, again.stderr
+        assert "n4 was already a member" in again.stderr
+        assert "n4 is a member. Start it" not in again.stderr
         add_job(c, "n4", "tock")
         # Another leader failure: the two survivors (one of them the new node) carry on.
         leader = c.wait_leader()

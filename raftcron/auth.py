@@ -69,7 +69,8 @@ def create_token(path: str, scopes: list[str], name: str = "") -> str:
     tokens.append({"name": name or f"token-{len(tokens) + 1}", "hash": hash_token(token),
                    "scopes": scopes, "created_at": int(time.time())})
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):  # a mistyped path: a file no node would read
+        raise AuthError(f"directory {directory!r} of the tokens file does not exist")
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tokens-")
     with os.fdopen(fd, "w") as f:
         json.dump({"tokens": tokens}, f, indent=2)

@@ -70,6 +70,8 @@ def write_backup(db_path: str, out_path: str) -> BackupInfo:
 
 def inspect(path: str) -> BackupInfo:
     """Check that `path` is a raftcron state database and describe it."""
+    if os.path.isdir(path):
+        raise BackupError(f"{path!r} is a directory, not a backup file")
     if not os.path.isfile(path):
         raise BackupError(f"{path!r} does not exist")
     try:

@@ -306,6 +306,15 @@ def test_token_create_with_a_bad_scope_exits_2_with_one_line(tmp_path: Path,
     assert not (tmp_path / "t.json").exists()
 
 
+def test_token_create_into_a_missing_directory_exits_2_and_creates_nothing(
+        tmp_path: Path) -> None:
+    out = raftcron("token", "create", "--scope", "read", "--tokens-file",
+                   str(tmp_path / "typo" / "t.json"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "does not exist" in out.stderr.strip()
+    assert not (tmp_path / "typo").exists()
+
+
 def test_node_refuses_to_start_without_a_tokens_decision(tmp_path: Path) -> None:
     (tmp_path / "s").write_text("x" * 32)
     base = ('node_id = "n1"\ndata_dir = "n1"\nraft_addr = "127.0.0.1:1"\nhttp_port = 1\n'

@@ -318,3 +318,9 @@ def test_node_whose_raft_port_is_taken_exits_2_with_one_line(tmp_path: Path) -> 
         res = raftcron("node", "--config", str(tmp_path / "n1.toml"))
     assert res.returncode == 2
     assert f"cannot listen for Raft on 127.0.0.1:{base + 100}" in one_line(res.stderr)
+
+
+def test_restore_from_a_directory_says_so(tmp_path: Path) -> None:
+    res = raftcron("restore", "--from", str(tmp_path), "--data-dir", str(tmp_path / "d"))
+    assert res.returncode == 2
+    assert "is a directory, not a backup file" in one_line(res.stderr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,8 +30,6 @@ EMPTY_LEASE_PAUSE_S = 0.1
 # How long a held job or tenant is left out at most: the command that frees it may have
 # been handled before the Lease that held it returned here.
 HELD_FOR_S = 1.0
-# How many times the choice reads past jobs whose backlog alone fills what it reads.
-BACKLOG_PASSES = 3
 
 
 def freed_by(cmd: c.Command) -> tuple[set[str], bool]:
@@ -136,49 +134,17 @@ class Dispatcher:
                 held[name] = until
         return new
 
-    def _not_held(self, skip: frozenset[str] = frozenset()) -> tuple[str, list[str]]:
-        """SQL conditions and parameters leaving out the runs of held jobs and tenants
-        (and of the jobs in `skip`)."""
+    def _not_held(self) -> tuple[str, list[str]]:
+        """SQL conditions and parameters leaving out the runs of held jobs and tenants."""
         now = time.monotonic()
         sql, args = "", []
-        for held in (self.held_jobs, self.held_tenants):
+        for column, held in (("job_id", self.held_jobs), ("tenant", self.held_tenants)):
             for name in [n for n, until in held.items() if until <= now]:
                 del held[name]
-        for column, names in (("job_id", skip | set(self.held_jobs)),
-                              ("tenant", set(self.held_tenants))):
-            if names:
-                sql += f" AND {column} NOT IN ({','.join('?' * len(names))})"
-                args += sorted(names)
+            if held:
+                sql += f" AND {column} NOT IN ({','.join('?' * len(held))})"
+                args += sorted(held)
         return sql, args
-
-    def _due_rows(self, queues: list[str], upto: int, limit: int) -> list[tuple]:
-        """Pending runs due by `upto` as (id, tenant, job, not_before), oldest first, of
-        jobs and tenants not held back, not reserved by another poll.
-
-        What is read is a window of the oldest `limit * 4`. A job whose backlog alone
-        fills a batch (a backfill of a year, hourly) would hide every other job's run
-        behind it until the backlog drained: the window is read again past such jobs, a
-        few times, so that the fair pick sees the other jobs' oldest runs too."""
-        assert self._conn is not None
-        marks = ",".join("?" * len(queues))
-        window = limit * 4 + len(self.reserved)
-        found: dict[str, tuple] = {}
-        skip: frozenset[str] = frozenset()
-        for _ in range(BACKLOG_PASSES):
-            not_held, held = self._not_held(skip)
-            rows = self._conn.execute(
-                "SELECT id, tenant, job_id, not_before_ms FROM attempts "
-                f"WHERE status = 'pending' AND queue IN ({marks}) AND not_before_ms <= ?"
-                f"{not_held} ORDER BY not_before_ms, id LIMIT ?",
-                (*queues, upto, *held, window),
-            ).fetchall()
-            found.update((r[0], r) for r in rows)
-            crowding = {job for job, n in Counter(r[2] for r in rows).items() if n >= limit}
-            if len(rows) < window or not crowding:
-                break
-            skip |= crowding
-        return sorted((r for r in found.values() if r[0] not in self.reserved),
-                      key=lambda r: (r[3], r[0]))
 
     def _select(self, queues: list[str], limit: int, now: int
                 ) -> tuple[list[str], int, int | None]:
@@ -192,12 +158,19 @@ class Dispatcher:
         """
         if self._conn is None:
             self._conn = self.open_reader()
-        rows = self._due_rows(queues, now + LEASE_LEAD_MS, limit)
+        marks = ",".join("?" * len(queues))
+        not_held, held = self._not_held()
+        rows = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms <= ?{not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, now + LEASE_LEAD_MS, *held, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        rows = [r for r in rows if r[0] not in self.reserved]
         if rows:
             first = rows[0][3]
             cutoff = now if first <= now else first + GROUP_MS
             return (*self._choose([r for r in rows if r[3] <= cutoff], limit, now), None)
-        marks = ",".join("?" * len(queues))
         row = self._conn.execute(
             "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms > ?",
@@ -219,7 +192,6 @@ class Dispatcher:
                 return [], now, next_due - LEASE_LEAD_MS
             # Remembered: the herd's last few hundred runs are still part of it.
             self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
-        not_held, held = self._not_held()
         rows = self._conn.execute(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?{not_held} "

@@ -95,19 +95,3 @@ def test_a_tenant_at_its_run_limit_does_not_stall_the_queue(tmp_path: Path) -> N
     d.free(*freed_by(done))
     assert [x["job_id"] for x in lease(d, 10)] == ["b"]
     d.close()
-
-
-def test_backlogs_do_not_hide_a_later_run_of_another_job(tmp_path: Path) -> None:
-    """Two jobs with a backfill of 200 runs each, due before another job's run: the next
-    batch holds that run too (fair pick), not only backlog (first come, first served)."""
-    p, d = setup(tmp_path)
-    instants = [T0 - i * 60_000 for i in range(1, 201)]
-    for job in ("bulk-a", "bulk-b"):
-        put(p, job, "default", "allow")
-        assert p.apply(c.Backfill(f"bf-{job}", T0, job, "k", instants))["created"] == 200
-    put(p, "other", "default", "allow")
-    assert p.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
-    got = [x["job_id"] for x in lease(d, 10)]
-    assert len(got) == 10 and "other" in got, got
-    assert {"bulk-a", "bulk-b"} <= set(got)
-    d.close()

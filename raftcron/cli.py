@@ -134,8 +134,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.workers < 0:
         return _fail("--workers must be 0 or more")
     # HTTP ports from --port-base, Raft ports from --port-base + 100.
-    if not 1024 <= args.port_base <= 65535 - 100 - args.nodes:
-        return _fail(f"--port-base must be between 1024 and {65535 - 100 - args.nodes} "
+    highest = 65535 - 100 - args.nodes + 1
+    if not 1024 <= args.port_base <= highest:
+        return _fail(f"--port-base must be between 1024 and {highest} "
                      "(nodes use it and the ports after it, and 100 above for Raft)")
     return run_up(args.data_dir, args.nodes, args.port_base, workers=args.workers)
 

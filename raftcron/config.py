@@ -76,15 +76,20 @@ class NodeConfig:
         pysyncobj would retry its bind quietly forever, leaving a node that serves HTTP
         but never joins the cluster."""
         bind = str(self.raft_overrides.get("bindAddress") or "")
-        raft_host, raft_port = (bind or self.raft_addr).rsplit(":", 1)
-        for what, host, port in (("Raft", raft_host if bind else "0.0.0.0", raft_port),
+        raft_host, _, raft_port = (bind or self.raft_addr).rpartition(":")
+        if not raft_port.isdigit():
+            key = "raft.bindAddress" if bind else "raft_addr"
+            raise ConfigError(f"config {key!r} must be host:port, not {bind or self.raft_addr!r}")
+        if not bind:  # where pysyncobj binds without one
+            raft_host = "::" if ":" in raft_host else "0.0.0.0"
+        for what, host, port in (("Raft", raft_host, raft_port),
                                  ("HTTP", self.http_host, self.http_port)):
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
                 try:
                     sock.bind((host.strip("[]"), int(port)))
-                except (OSError, ValueError) as e:
+                except (OSError, ValueError, OverflowError) as e:
                     reason = getattr(e, "strerror", None) or str(e)
                     raise ConfigError(f"cannot listen for {what} on {host}:{port}: "
                                       f"{reason}") from None

@@ -79,9 +79,11 @@ def write_cluster_configs(data_dir: Path, nodes: int, port_base: int) -> list[Pa
             if not re.search(r"^\s*(tokens_file|auth)\s*=", text, re.MULTILINE):
                 # A config written before API authentication: top-level keys go first.
                 text = f'tokens_file = "{TOKENS_FILE}"\n' + text
-            if not re.search(r"^\s*\[raft\]", text, re.MULTILINE):
-                # Written before the Raft port was bound to loopback.
-                text = text.rstrip("\n") + "\n\n" + "\n".join(_loopback_raft(raft[nid]))
+            own = re.search(r'^raft_addr\s*=\s*"([^"]+)"', text, re.MULTILINE)
+            if own and not re.search(r"^\s*\[raft\]", text, re.MULTILINE):
+                # Written before the Raft port was bound to loopback: bind the address the
+                # config names (its ports came from the --port-base of its first run).
+                text = text.rstrip("\n") + "\n\n" + "\n".join(_loopback_raft(own[1]))
             path.write_text(text)
         paths.append(path)
     return paths

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # `?consistent=`: the spellings of a boolean query parameter.
 CONSISTENT_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
-                     "no": False}
+                     "no": False, "": False}
 
 
 class ApiContext:

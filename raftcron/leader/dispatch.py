@@ -260,6 +260,11 @@ class Dispatcher:
                 remaining = min(remaining, max(0.0, (next_due - now) / 1000))
             elif not self.gate():
                 remaining = min(remaining, 0.5)
+            holds = [*self.held_jobs.values(), *self.held_tenants.values()]
+            if holds:
+                # A hold can outlive what freed it (see HELD_FOR_S): look again when the
+                # first one ends, not only on the next change.
+                remaining = min(remaining, max(0.0, min(holds) - time.monotonic()))
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:

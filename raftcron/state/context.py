@@ -27,8 +27,10 @@ class ApplyContext:
 
         Row ids come from a counter in `meta`, never from the table: SQLite would hand
         the id of a pruned row out again, and receivers deduplicate deliveries on it."""
-        seq = self.meta(META_OUTBOX_SEQ) or self.conn.execute(
-            "SELECT coalesce(max(id), 0) FROM outbox").fetchone()[0]  # before the counter
+        # Never below the table's largest id either: rows a version without the counter
+        # inserted (before it, or after a rollback) keep theirs.
+        seq = max(self.meta(META_OUTBOX_SEQ), self.conn.execute(
+            "SELECT coalesce(max(id), 0) FROM outbox").fetchone()[0])
         self.conn.execute(
             "INSERT INTO outbox (id, event, payload, status, created_ms) "
             "VALUES (?, ?, ?, 'pending', ?)",

@@ -188,3 +188,13 @@ def test_a_database_from_before_the_outbox_counter_continues_after_its_rows(
     node.conn.execute("UPDATE outbox SET id = 41")
     node.apply(c.RaiseAlert(node.epoch, T0 + 1, "a1", "deadline", reason="missed"))
     assert node.one("SELECT max(id) FROM outbox")[0] == 42
+
+
+def test_a_counter_behind_the_table_does_not_reuse_an_id(node: Node) -> None:
+    """Rows a version without the counter inserted (after a rollback) keep their ids: the
+    next id follows the largest one, and apply does not hit the primary key."""
+    node.apply(c.RaiseAlert(node.epoch, T0, "a0", "deadline", reason="missed"))
+    node.conn.execute("UPDATE outbox SET id = 9")  # the counter still says 1
+    r = node.apply(c.RaiseAlert(node.epoch, T0 + 1, "a1", "deadline", reason="missed"))
+    assert r["ok"]
+    assert [row[0] for row in node.q("SELECT id FROM outbox ORDER BY id")] == [9, 10]

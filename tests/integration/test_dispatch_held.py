@@ -95,3 +95,26 @@ def test_a_tenant_at_its_run_limit_does_not_stall_the_queue(tmp_path: Path) -> N
     d.free(*freed_by(done))
     assert [x["job_id"] for x in lease(d, 10)] == ["b"]
     d.close()
+
+
+def test_a_hold_ends_by_itself_when_what_freed_it_came_first(tmp_path: Path) -> None:
+    """The command that frees a job can be handled before the Lease that held it returns
+    (same Raft tick): the hold then ends after HELD_FOR_S, and a waiting poll looks again
+    then rather than at the end of its long poll."""
+    p, d = setup(tmp_path)
+    put(p, "fb", "default", "forbid")
+    assert p.apply(c.Backfill("bf", T0, "fb", "k", [T0 - 60_000, T0 - 120_000]))["ok"]
+    [first] = lease(d, 10)
+
+    async def poll_while_the_run_ends() -> list[dict[str, Any]]:
+        poll = asyncio.create_task(d.lease("w", ["q"], 10, 20))
+        await asyncio.sleep(0.3)  # the poll's Lease held "fb" back; it waits now
+        assert not poll.done() and "fb" in d.held_jobs
+        done = c.Complete(T + 2000, "w", [[first["attempt_id"], first["fencing_token"],
+                                           "succeeded", 0, ""]])
+        assert p.apply(done)["ok"]  # and no `free`, no notify: they came before the hold
+        return await asyncio.wait_for(poll, 15)
+
+    got = asyncio.run(poll_while_the_run_ends())
+    assert [x["job_id"] for x in got] == ["fb"]
+    d.close()

@@ -48,6 +48,15 @@ def test_an_http_port_out_of_range_is_a_config_error(tmp_path: Path, port: int) 
         load_config(str(write(tmp_path)), {"http_port": port})
 
 
+@pytest.mark.parametrize("raft_addr, says", [("127.0.0.1", "host:port"),
+                                              ("127.0.0.1:99999", "port must be")])
+def test_a_raft_address_that_cannot_be_bound_is_a_config_error(
+        tmp_path: Path, raft_addr: str, says: str) -> None:
+    config = load_config(str(write(tmp_path)), {"raft_addr": raft_addr})
+    with pytest.raises(ConfigError, match=says):
+        config.check_ports_free()
+
+
 def test_node_flags() -> None:
     args = build_parser().parse_args(
         ["node", "--config", "c", "--webhook", "http://a", "--webhook", "http://b",

@@ -216,6 +216,8 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
         for child in children:
             child.start()
         leader = _wait_leader(urls, admin_token, lambda: stopping)
+        if stopping:  # Ctrl-C while the nodes started
+            return code
         # Workers start once the nodes answer: earlier, their first polls only log errors.
         worker_children = [
             Child(f"worker local-w{i + 1}",

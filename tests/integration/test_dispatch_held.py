@@ -11,41 +11,25 @@ from typing import Any
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
 from raftcron.leader.dispatch import Dispatcher, freed_by
-from raftcron.state.db import open_reader, open_writer
-from raftcron.state.machine import StateMachine
+from raftcron.state.db import open_reader
+from tests.integration.test_deadlines_outbox import FakeProposer
+from tests.integration.test_machine import Node
 
 T0 = 1_767_225_600_000
 T = T0 + 3_600_000
 
 
-class ApplyingProposer:
-    """Commits each command by applying it to the state machine at the next index."""
-
-    def __init__(self, machine: StateMachine, index: int) -> None:
-        self.machine = machine
-        self.index = index
-        self.commands: list[c.Command] = []
-
-    def apply(self, cmd: c.Command) -> dict[str, Any]:
-        self.index += 1
-        self.commands.append(cmd)
-        return self.machine.apply(self.index, cmd)
-
-    async def propose_leader(self, cmd: c.Command) -> dict[str, Any]:
-        return self.apply(cmd)
-
-
-def put(p: ApplyingProposer, job_id: str, tenant: str, overlap: str) -> None:
+def put(p: FakeProposer, job_id: str, tenant: str, overlap: str) -> None:
     spec = parse_job({"id": job_id, "tenant": tenant, "queue": "q", "overlap_policy": overlap,
                       "schedule": {"cron": "0 0 1 1 *"}, "target": {"shell": "true"}}).to_spec()
-    assert p.apply(c.PutJob(f"put-{job_id}", T0, spec, True))["ok"]
+    assert p.node.apply(c.PutJob(f"put-{job_id}", T0, spec, True))["ok"]
 
 
-def setup(tmp_path: Path) -> tuple[ApplyingProposer, Dispatcher]:
-    p = ApplyingProposer(StateMachine(open_writer(str(tmp_path / "s.db"))), 0)
-    p.apply(c.BeginEpoch(1, "n1", T0))
-    db = str(tmp_path / "s.db")
-    d = Dispatcher(1, proposer=p, open_reader=lambda: open_reader(db),  # type: ignore[arg-type]
+def setup(tmp_path: Path) -> tuple[FakeProposer, Dispatcher]:
+    node = Node(tmp_path / "s.db")
+    node.begin(1)
+    p = FakeProposer(node)
+    d = Dispatcher(1, proposer=p, open_reader=lambda: open_reader(node.path),  # type: ignore[arg-type]
                    clock=lambda: T + 1000)
     return p, d
 
@@ -59,20 +43,20 @@ def test_a_forbid_jobs_backfill_does_not_stall_the_queue(tmp_path: Path) -> None
     put(p, "fb", "default", "forbid")
     put(p, "other", "default", "allow")
     instants = [T0 - i * 60_000 for i in range(1, 201)]
-    assert p.apply(c.Backfill("bf", T0, "fb", "k", instants))["created"] == 200
+    assert p.node.apply(c.Backfill("bf", T0, "fb", "k", instants))["created"] == 200
     first = lease(d, 10)
     assert [x["job_id"] for x in first] == ["fb"]  # one at a time
     # Due after the whole backlog: the oldest 40 pending runs are all the forbid job's.
-    assert p.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
-    proposals = len(p.commands)
+    assert p.node.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
+    proposals = len(p.sent)
     got = lease(d, 10)
     assert [x["job_id"] for x in got] == ["other"]
     # One refused Lease at most, then the held job is looked past (no loop of proposals).
-    assert len(p.commands) - proposals <= 2
+    assert len(p.sent) - proposals <= 2
     # Its run ends: the job is free, and its next run goes out.
     done = c.Complete(T + 2000, "w", [[first[0]["attempt_id"], first[0]["fencing_token"],
                                        "succeeded", 0, ""]])
-    assert p.apply(done)["ok"]
+    assert p.node.apply(done)["ok"]
     d.free(*freed_by(done))
     assert [x["job_id"] for x in lease(d, 10)] == ["fb"]
     d.close()
@@ -80,18 +64,18 @@ def test_a_forbid_jobs_backfill_does_not_stall_the_queue(tmp_path: Path) -> None
 
 def test_a_tenant_at_its_run_limit_does_not_stall_the_queue(tmp_path: Path) -> None:
     p, d = setup(tmp_path)
-    assert p.apply(c.PutTenant("t", T0, "busy", None, 1, None))["ok"]
+    assert p.node.apply(c.PutTenant("t", T0, "busy", None, 1, None))["ok"]
     put(p, "b", "busy", "allow")
     put(p, "other", "default", "allow")
     instants = [T0 - i * 60_000 for i in range(1, 201)]
-    assert p.apply(c.Backfill("bf", T0, "b", "k", instants))["created"] == 200
+    assert p.node.apply(c.Backfill("bf", T0, "b", "k", instants))["created"] == 200
     first = lease(d, 10)
     assert [x["job_id"] for x in first] == ["b"]  # the tenant's one slot
-    assert p.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
+    assert p.node.apply(c.Claim(1, T, [["other", 1, T, T, "fire"]]))["ok"]
     assert [x["job_id"] for x in lease(d, 10)] == ["other"]
     done = c.Complete(T + 2000, "w", [[first[0]["attempt_id"], first[0]["fencing_token"],
                                        "succeeded", 0, ""]])
-    assert p.apply(done)["ok"]
+    assert p.node.apply(done)["ok"]
     d.free(*freed_by(done))
     assert [x["job_id"] for x in lease(d, 10)] == ["b"]
     d.close()
@@ -103,7 +87,7 @@ def test_a_hold_ends_by_itself_when_what_freed_it_came_first(tmp_path: Path) -> 
     then rather than at the end of its long poll."""
     p, d = setup(tmp_path)
     put(p, "fb", "default", "forbid")
-    assert p.apply(c.Backfill("bf", T0, "fb", "k", [T0 - 60_000, T0 - 120_000]))["ok"]
+    assert p.node.apply(c.Backfill("bf", T0, "fb", "k", [T0 - 60_000, T0 - 120_000]))["ok"]
     [first] = lease(d, 10)
 
     async def poll_while_the_run_ends() -> list[dict[str, Any]]:
@@ -112,7 +96,7 @@ def test_a_hold_ends_by_itself_when_what_freed_it_came_first(tmp_path: Path) -> 
         assert not poll.done() and "fb" in d.held_jobs
         done = c.Complete(T + 2000, "w", [[first["attempt_id"], first["fencing_token"],
                                            "succeeded", 0, ""]])
-        assert p.apply(done)["ok"]  # and no `free`, no notify: they came before the hold
+        assert p.node.apply(done)["ok"]  # and no `free`, no notify: they came before the hold
         return await asyncio.wait_for(poll, 15)
 
     got = asyncio.run(poll_while_the_run_ends())

@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import httpx
 
 from raftcron.local import write_cluster_configs
-from raftcron.testing import free_port_base
+from raftcron.testing import free_port_base, wait_until
 
 
 def pids_of(needle: str) -> list[int]:
@@ -30,16 +29,6 @@ def pids_of(needle: str) -> list[int]:
         if needle.encode() in cmdline:
             out.append(int(entry))
     return out
-
-
-def wait_for(what: str, check, timeout: float = 45.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def listen_addresses(port: int) -> set[str]:
@@ -72,25 +61,28 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
             [sys.executable, "-m", "raftcron", "up", "--data-dir", str(data), "--port-base",
              str(base)], stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_for("the cluster to start", lambda: b"Ctrl-C stops" in out.read_bytes(), 60)
+        wait_until(lambda: b"Ctrl-C stops" in out.read_bytes(), 60,
+                   message="the cluster to start")
         token = (data / "admin.token").read_text().strip()
         n2_url = f"http://127.0.0.1:{base + 1}"
-        wait_for("a leader", lambda: leader_seen_by(n2_url, token))
+        wait_until(lambda: leader_seen_by(n2_url, token), 45, message="a leader")
         # A local cluster is reachable from this machine only, Raft ports included.
         for port in [base + i for i in range(3)] + [base + 100 + i for i in range(3)]:
-            assert wait_for(f"port {port} to listen", lambda p=port: listen_addresses(p)) == {
-                "0100007F"}, port
-        wait_for("the worker", lambda: pids_of("local-w1"))
+            listening = wait_until(lambda p=port: listen_addresses(p), 45,
+                                   message=f"port {port} to listen")
+            assert listening == {"0100007F"}, port
+        wait_until(lambda: pids_of("local-w1"), 45, message="the worker")
         n2_config = str(data / "n2.toml")
         [old] = pids_of(n2_config)
         os.kill(old, signal.SIGKILL)
         # The others go on (a leader is seen from n1) and n2 comes back as a new process.
-        assert wait_for("a leader seen by n1",
-                        lambda: leader_seen_by(f"http://127.0.0.1:{base}", token))
-        wait_for("n2 to start again", lambda: b"node n2 started again" in out.read_bytes())
-        [new] = wait_for("n2's new process", lambda: pids_of(n2_config))
+        n1_url = f"http://127.0.0.1:{base}"
+        wait_until(lambda: leader_seen_by(n1_url, token), 45, message="a leader seen by n1")
+        wait_until(lambda: b"node n2 started again" in out.read_bytes(), 45,
+                   message="n2 to start again")
+        [new] = wait_until(lambda: pids_of(n2_config), 45, message="n2's new process")
         assert new != old
-        wait_for("n2 to serve again", lambda: leader_seen_by(n2_url, token))
+        wait_until(lambda: leader_seen_by(n2_url, token), 45, message="n2 to serve again")
         assert up.poll() is None
         up.send_signal(signal.SIGINT)
         assert up.wait(30) == 0

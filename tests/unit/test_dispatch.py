@@ -39,3 +39,13 @@ def test_edits_free_their_job_or_every_tenant() -> None:
     assert freed_by(c.DeleteJob("r", 1, "j")) == ({"j"}, False)
     assert freed_by(c.PutTenant("r", 1, "t", None, 5, None)) == (set(), True)
     assert freed_by(c.Claim(1, 1, [])) == (set(), False)
+
+
+def test_every_command_that_frees_runs_reaches_the_dispatcher() -> None:
+    """node._handle_applied calls `free` only for WORK_COMMANDS."""
+    from raftcron.node import WORK_COMMANDS
+
+    for cmd in (c.Complete(1, "w", []), c.Release(1, "w", []), c.Sweep(1, 1, []),
+                c.PutJob("r", 1, {"id": "j"}, False), c.DeleteJob("r", 1, "j"),
+                c.PutTenant("r", 1, "t")):
+        assert isinstance(cmd, WORK_COMMANDS), type(cmd).__name__

@@ -324,7 +324,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
     return 1 if refused else 0
 
 
-BACKFILL_MAX_INSTANTS = 100_000
+BACKFILL_MAX_INSTANTS = 10_000
 
 
 def _backfill(args: argparse.Namespace, client: Any) -> None:

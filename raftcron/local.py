@@ -126,6 +126,7 @@ class Child:
     started: float = 0.0
     quick_exits: int = 0
     restart_at: float | None = None
+    crash_looping: bool = False
 
     def start(self) -> None:
         self.proc = _spawn(self.args, self.log, self.token)
@@ -133,8 +134,8 @@ class Child:
         self.restart_at = None
 
     def check(self, now: float) -> str | None:
-        """Restart or schedule a restart; a message when something happened, "crash loop"
-        when the child keeps exiting."""
+        """Restart or schedule a restart; a message when something happened. Sets
+        `crash_looping` instead when the child keeps exiting."""
         if self.restart_at is not None:
             if now < self.restart_at:
                 return None
@@ -145,7 +146,8 @@ class Child:
             return None
         self.quick_exits = self.quick_exits + 1 if now - self.started < QUICK_EXIT_S else 0
         if self.quick_exits >= CRASH_LOOP:
-            return "crash loop"
+            self.crash_looping = True
+            return None
         self.restart_at = now + RESTART_DELAY_S
         return (f"raftcron: {self.name} exited with {self.proc.returncode}; the others go "
                 f"on, it starts again in {RESTART_DELAY_S:.0f} s (log: {self.log})")
@@ -163,7 +165,7 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def _wait_leader(urls: list[str], token: str, give_up: Callable[[], bool],
+def wait_for_leader(urls: list[str], token: str, give_up: Callable[[], bool],
                  timeout: float = 30.0) -> str | None:
     """The leader's id once any node names one (None after `timeout` or on `give_up`)."""
     deadline = time.monotonic() + timeout
@@ -215,7 +217,7 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     try:
         for child in children:
             child.start()
-        leader = _wait_leader(urls, admin_token, lambda: stopping)
+        leader = wait_for_leader(urls, admin_token, lambda: stopping)
         if stopping:  # Ctrl-C while the nodes started
             return code
         # Workers start once the nodes answer: earlier, their first polls only log errors.
@@ -230,7 +232,7 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
         while not stopping:
             for child in children:
                 message = child.check(time.monotonic())
-                if message == "crash loop":
+                if child.crash_looping:
                     print(f"raftcron: {child.name} keeps exiting (log: {child.log}); "
                           "stopping the cluster", file=sys.stderr, flush=True)
                     stopping, code = True, 1

@@ -10,9 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-import httpx
-
-from raftcron.local import write_cluster_configs
+from raftcron.local import wait_for_leader, write_cluster_configs
 from raftcron.testing import free_port_base, wait_until
 
 
@@ -43,15 +41,6 @@ def listen_addresses(port: int) -> set[str]:
     return out
 
 
-def leader_seen_by(url: str, token: str) -> str | None:
-    try:
-        r = httpx.get(f"{url}/v1/cluster", headers={"Authorization": f"Bearer {token}"},
-                      timeout=1)
-        return r.json().get("leader_id") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
 def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> None:
     data = tmp_path / "cluster"
     base = free_port_base(3)
@@ -65,7 +54,7 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
                    message="the cluster to start")
         token = (data / "admin.token").read_text().strip()
         n2_url = f"http://127.0.0.1:{base + 1}"
-        wait_until(lambda: leader_seen_by(n2_url, token), 45, message="a leader")
+        assert wait_for_leader([n2_url], token, lambda: False, 45), "a leader"
         # A local cluster is reachable from this machine only, Raft ports included.
         for port in [base + i for i in range(3)] + [base + 100 + i for i in range(3)]:
             listening = wait_until(lambda p=port: listen_addresses(p), 45,
@@ -77,12 +66,12 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
         os.kill(old, signal.SIGKILL)
         # The others go on (a leader is seen from n1) and n2 comes back as a new process.
         n1_url = f"http://127.0.0.1:{base}"
-        wait_until(lambda: leader_seen_by(n1_url, token), 45, message="a leader seen by n1")
+        assert wait_for_leader([n1_url], token, lambda: False, 45), "a leader seen by n1"
         wait_until(lambda: b"node n2 started again" in out.read_bytes(), 45,
                    message="n2 to start again")
         [new] = wait_until(lambda: pids_of(n2_config), 45, message="n2's new process")
         assert new != old
-        wait_until(lambda: leader_seen_by(n2_url, token), 45, message="n2 to serve again")
+        assert wait_for_leader([n2_url], token, lambda: False, 45), "n2 to serve again"
         assert up.poll() is None
         up.send_signal(signal.SIGINT)
         assert up.wait(30) == 0

@@ -25,10 +25,10 @@ class ApplyContext:
     def enqueue_outbox(self, event: str, payload: dict[str, Any], now_ms: int) -> None:
         """Transactional outbox: the row commits with the state change that caused it.
 
-        Row ids come from a counter in `meta`, never from the table: SQLite would hand
-        the id of a pruned row out again, and receivers deduplicate deliveries on it."""
-        # Never below the table's largest id either: rows a version without the counter
-        # inserted (before it, or after a rollback) keep theirs.
+        Row ids come from a counter in `meta`, not from SQLite's rowid, which would hand
+        the id of a pruned row out again (receivers deduplicate deliveries on it). The
+        counter never goes below the table's largest id: rows a version without it
+        inserted (before it, or after a rollback) keep theirs."""
         seq = max(self.meta(META_OUTBOX_SEQ), self.conn.execute(
             "SELECT coalesce(max(id), 0) FROM outbox").fetchone()[0])
         self.conn.execute(

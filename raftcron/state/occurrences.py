@@ -8,6 +8,7 @@ from typing import Any
 
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Backfill, Claim, TriggerManual
+from raftcron.state.bulk_claim import BulkClaimed, bulk_claim, well_formed
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
 from raftcron.state.tenants import FireCounter
@@ -133,15 +134,49 @@ def _as_replaced(row: tuple, now_ms: int) -> tuple:
     return (*row[:8], "cancelled", "replaced", *row[10:12], 0, row[13], row[14], now_ms)
 
 
-def claim(ctx: ApplyContext, cmd: Claim) -> dict[str, Any]:
-    """Record the leader's decision for each nominal instant, once per (job, instant)."""
+def _malformed(item: Any) -> list[Any]:
+    fields = item if isinstance(item, list) and item else [item]
+    return [fields[0], fields[2] if len(fields) > 2 else None, "invalid_item"]
+
+
+def claim(ctx: ApplyContext, cmd: Claim, bulk: bool = True) -> dict[str, Any]:
+    """Record the leader's decision for each nominal instant, once per (job, instant).
+
+    The items SQL can decide alone go through the set statements of `bulk_claim`; the
+    rest, item by item, through `claim_items`. `bulk=False` decides every item one by one
+    (the reference the set path is tested against)."""
+    taken = BulkClaimed()
+    if bulk:
+        ctx.conn.execute("SAVEPOINT bulk_claim")
+        recorded = bulk_claim(ctx.conn, cmd.items, cmd.epoch, cmd.now_ms)
+        if recorded is None:  # the database refused a row: decide each item on its own
+            ctx.conn.execute("ROLLBACK TO bulk_claim")
+        else:
+            taken = recorded
+        ctx.conn.execute("RELEASE bulk_claim")
+    rest = cmd.items if not taken.positions else [
+        item for pos, item in enumerate(cmd.items) if pos not in taken.positions]
+    if not rest:
+        return ok(fired=taken.fired, skipped=taken.skipped, rejected_items=[])
+    result = claim_items(ctx, cmd, rest)
+    result["fired"] += taken.fired
+    result["skipped"] += taken.skipped
+    return result
+
+
+def claim_items(ctx: ApplyContext, cmd: Claim, items: list[list[Any]]) -> dict[str, Any]:
+    """Decide and record `items` of `cmd` one by one (overlap, quotas, refusals)."""
     conn = ctx.conn
-    views = load_views(conn, {item[0] for item in cmd.items})
+    rejected_items: list[list[Any]] = []
+    if not all(well_formed(item) for item in items):
+        # Only a broken or foreign proposer sends these; refuse them, never raise.
+        rejected_items = [_malformed(item) for item in items if not well_formed(item)]
+        items = [item for item in items if well_formed(item)]
+    views = load_views(conn, {item[0] for item in items})
     fires = FireCounter(conn)
     occ_rows: list[tuple] = []
-    rejected_items: list[list[Any]] = []
     fired = skipped = 0
-    for job_id, job_version, scheduled_for, dispatch_at, decision in cmd.items:
+    for job_id, job_version, scheduled_for, dispatch_at, decision in items:
         view = views.get(job_id)
         if view is None:
             rejected_items.append([job_id, scheduled_for, errors.NOT_FOUND])

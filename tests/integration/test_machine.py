@@ -6,6 +6,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core import identity, policy
 from raftcron.core.model import parse_job
+from raftcron.state import occurrences
 from raftcron.state.db import last_applied, open_writer
 from raftcron.state.digest import digest
 from raftcron.state.machine import StateMachine
@@ -990,17 +991,41 @@ def test_request_id_dedupe(led):
     assert led.one("SELECT paused FROM jobs") == (0,)
 
 
-def test_a_failing_apply_rolls_back_everything(led):
+def test_a_failing_apply_rolls_back_everything(led, monkeypatch):
     led.create("j")
     before = led.digest()
     idx = last_applied(led.conn)
-    bad = c.Claim(epoch=1, now_ms=T0 + 99, items=[["j", 1, T0 + MIN, T0 + MIN, "fire"],
-                                                 ["j", 1, T0 + 2 * MIN]])
+
+    def claim_then_fail(ctx, cmd):
+        """A handler that breaks after it wrote (a bug, or a broken invariant)."""
+        assert occurrences.claim(ctx, cmd)["fired"] == 1
+        assert ctx.conn.execute("SELECT count(*) FROM attempts").fetchone()[0] == 1
+        raise ValueError("broken after writing")
+
+    monkeypatch.setitem(led.sm.handlers, c.Claim, claim_then_fail)
     with pytest.raises(ValueError):
-        led.sm.apply(idx + 1, bad)
+        led.sm.apply(idx + 1, c.Claim(epoch=1, now_ms=T0 + 99,
+                                      items=[["j", 1, T0 + MIN, T0 + MIN, "fire"]]))
     assert led.digest() == before and last_applied(led.conn) == idx
     assert not led.conn.in_transaction
     assert led.sm.apply(idx + 1, c.Barrier("b")) == {"ok": True, "index": idx + 1}
+
+
+def test_malformed_claim_items_are_refused_and_the_rest_recorded(led):
+    """Only a broken proposer sends these; apply answers them, it does not raise (an
+    exception in apply stops the node)."""
+    led.create("j")
+    led.create("k")
+    at = T0 + MIN
+    items = [["j", 1, at, at, "fire"], ["j", 1, at + MIN], ["k", True, at, at, "fire"],
+             ["k", 1, float(at), at, "fire"], ["k", 1, 2**70, at, "fire"], "k", [],
+             ["k", 1, at, at, "fire"]]
+    r = led.apply(c.Claim(epoch=1, now_ms=at, items=items))
+    assert r == {"ok": True, "fired": 2, "skipped": 0, "rejected_items": [
+        ["j", at + MIN, "invalid_item"], ["k", at, "invalid_item"],
+        ["k", float(at), "invalid_item"], ["k", 2**70, "invalid_item"],
+        ["k", None, "invalid_item"], [[], None, "invalid_item"]]}
+    assert led.one("SELECT count(*) FROM attempts") == (2,)
 
 
 def test_apply_bytes_rejects_garbage_without_touching_state(led):

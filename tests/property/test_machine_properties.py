@@ -73,7 +73,10 @@ class Cluster:
     def __init__(self, tmp):
         self.tmp = tmp
         self.paths = [os.path.join(tmp, "a.db"), os.path.join(tmp, "b.db")]
-        self.nodes = [StateMachine(open_writer(p)) for p in self.paths]
+        # Node b decides claims item by item: node a's set path (state.bulk_claim) must
+        # leave the same state and return the same results.
+        self.nodes = [StateMachine(open_writer(self.paths[0])),
+                      StateMachine(open_writer(self.paths[1]), bulk_claims=False)]
         self.log: list[c.Command] = []
         self.now = T0
         self.epoch = 0
@@ -329,7 +332,7 @@ class Cluster:
         k = n % 2
         before = digest(self.nodes[k].conn)
         self.nodes[k].conn.close()
-        self.nodes[k] = StateMachine(open_writer(self.paths[k]))
+        self.nodes[k] = StateMachine(open_writer(self.paths[k]), bulk_claims=k == 0)
         assert digest(self.nodes[k].conn) == before
         assert self.nodes[k].last_applied == len(self.log)
 

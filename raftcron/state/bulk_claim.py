@@ -2,14 +2,15 @@
 
 A herd claim records one occurrence (and for a fire one pending attempt) per job. Item by
 item, that is Python work per row: a decision, two row tuples, twenty-four bound
-parameters. Most items need no decision SQL cannot make: a job with `allow` overlap, in
-a tenant without a fires quota, claimed once in the command, or any item recorded as
+parameters. Most items need no decision SQL cannot make: a fire of a job named once in
+the command, in a tenant without a fires quota, whose overlap policy lets it run with no
+side effect (`allow`, or nothing of the job pending or running), or any item recorded as
 skipped (misfire, paused). Those go through here: their facts are bound once into a
 temporary table, and set statements join them with their jobs, insert their rows and
-move their watermarks. Everything else (other overlap policies, quotas, a job named
-twice, anything malformed or refused) is left to the item-by-item path in `occurrences`,
-which makes the same rows from the same facts; `tests/property/test_bulk_claim.py`
-checks that both paths leave the same database and return the same result.
+move their watermarks. Everything else (overlap decisions, quotas, a job named twice,
+anything malformed or refused) is left to the item-by-item path in `occurrences`, which
+makes the same rows from the same facts; `tests/property/test_bulk_claim.py` checks that
+both paths leave the same database and return the same result.
 
 The two sets name different jobs, so neither path sees the other's rows. If the
 database refuses a row (the UNIQUE constraint on an instant the watermark let through),
@@ -43,7 +44,9 @@ _BATCH_TABLE = (
 )
 # The job must exist at the claimed version, the instant be past its watermark, and the
 # item need no decision but "fire" or "skipped": a skip is recorded as it is; a fire is
-# taken only when neither overlap (`allow` runs everything) nor a fires quota applies.
+# taken only when no fires quota applies and overlap cannot hold it back: `allow` runs
+# everything, and every other policy runs a job with nothing pending or running, with
+# nothing to cancel (core.policy.decide_overlap).
 _SELECT = """
 INSERT INTO temp.claim_batch
 SELECT i.pos, i.occ_id, i.att_id, j.id, j.tenant, j.queue, j.version, i.at, i.dispatch_at,
@@ -52,7 +55,11 @@ SELECT i.pos, i.occ_id, i.att_id, j.id, j.tenant, j.queue, j.version, i.at, i.di
 FROM temp.claim_input AS i JOIN jobs AS j ON j.id = i.job_id
 WHERE j.version = i.version AND i.at > j.watermark_ms
   AND (i.decision != :fire OR j.paused
-       OR (json_extract(j.spec, '$.overlap_policy') = 'allow'
+       OR ((json_extract(j.spec, '$.overlap_policy') = 'allow'
+            OR (NOT EXISTS (SELECT 1 FROM attempts AS a
+                            WHERE a.job_id = j.id AND a.status = 'pending')
+                AND NOT EXISTS (SELECT 1 FROM attempts AS a
+                                WHERE a.job_id = j.id AND a.status = 'running')))
            AND j.tenant NOT IN (SELECT name FROM tenants
                                 WHERE max_fires_per_minute IS NOT NULL)))
 ORDER BY i.pos

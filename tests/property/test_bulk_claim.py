@@ -56,6 +56,7 @@ claim_any = st.tuples(st.just("claim"), st.lists(item, min_size=1, max_size=8))
 step = st.one_of(
     claim_once, claim_once, claim_once, claim_once, claim_any,
     st.tuples(st.just("lease"), st.integers(1, 4)),
+    st.tuples(st.just("lease"), st.integers(1, 4)),
     st.tuples(st.just("complete"), st.integers(1, 4)),
     st.tuples(st.just("rewind"), st.integers(0, len(JOBS) - 1)),
     st.tuples(st.just("rewind"), st.integers(0, len(JOBS) - 1)),
@@ -200,39 +201,56 @@ def test_the_set_path_takes_plain_fires_and_skips_and_leaves_the_rest(tmp_path):
         "plain": ("allow", False, "default"), "held": ("allow", True, "default"),
         "exclusive": ("forbid", False, "default"), "metered": ("allow", False, "metered"),
         "twice": ("allow", False, "default"), "skipped": ("forbid", False, "default"),
+        "idle": ("replace", False, "default"), "leased": ("replace", False, "default"),
     })
-    at = T0 + MIN
+    before = T0 + MIN
+    # "exclusive" and "skipped" have a run queued, "leased" one running: overlap has a
+    # say in their next fire.
+    assert sm.apply(20, c.Claim(epoch=1, now_ms=before, items=[
+        ["exclusive", 1, before, before, "fire"], ["skipped", 1, before, before, "fire"],
+        ["leased", 1, before, before, "fire"]],
+    ))["fired"] == 3
+    leased = sm.apply(21, c.Lease(epoch=1, now_ms=before, worker_id="w",
+                                  attempt_ids=["leased@2026-01-01T00:01:00Z~1"]))
+    assert len(leased["leases"]) == 1
+    at = before + MIN
     items = [
         ["plain", 1, at, at, "fire"],        # 0: taken, fires
         ["held", 1, at, at, "fire"],         # 1: taken, skipped (paused)
-        ["exclusive", 1, at, at, "fire"],    # 2: overlap decides: left
+        ["exclusive", 1, at, at, "fire"],    # 2: overlap decides (a run queued): left
         ["metered", 1, at, at, "fire"],      # 3: quota decides: left
         ["twice", 1, at, at, "fire"],        # 4: named twice: left
         ["twice", 1, at + MIN, at, "fire"],  # 5: left
         ["skipped", 1, at, at, "misfire"],   # 6: a skip needs no overlap decision: taken
-        ["plain", 2, at, at, "fire"],        # 7: named twice too (with 0): left
-        ["nobody", 1, at, at, "fire"],       # 8: no such job: left
+        ["idle", 1, at, at, "fire"],         # 7: nothing to replace: taken, fires
+        ["plain", 2, at, at, "fire"],        # 8: named twice too (with 0): left
+        ["nobody", 1, at, at, "fire"],       # 9: no such job: left
+        ["leased", 1, at, at, "fire"],       # 10: a run to replace: left
     ]
     conn = sm.conn
     conn.execute("BEGIN")
     # "plain" is named twice above; take it out to see it taken.
-    got = bulk_claim(conn, [it for k, it in enumerate(items) if k != 7], 1, at)
+    got = bulk_claim(conn, [it for k, it in enumerate(items) if k != 8], 1, at)
     assert got is not None
-    assert got.positions == {0, 1, 6}
-    assert (got.fired, got.skipped) == (1, 2)
-    assert conn.execute("SELECT id, status, reason FROM occurrences ORDER BY id").fetchall() == [
-        ("held@2026-01-01T00:01:00Z", "skipped", "paused"),
-        ("plain@2026-01-01T00:01:00Z", "pending", None),
-        ("skipped@2026-01-01T00:01:00Z", "skipped", "misfire"),
+    assert got.positions == {0, 1, 6, 7}
+    assert (got.fired, got.skipped) == (2, 2)
+    new = conn.execute("SELECT id, status, reason FROM occurrences WHERE scheduled_for_ms = ? "
+                       "ORDER BY id", (at,)).fetchall()
+    assert new == [
+        ("held@2026-01-01T00:02:00Z", "skipped", "paused"),
+        ("idle@2026-01-01T00:02:00Z", "pending", None),
+        ("plain@2026-01-01T00:02:00Z", "pending", None),
+        ("skipped@2026-01-01T00:02:00Z", "skipped", "misfire"),
     ]
-    assert conn.execute("SELECT id FROM attempts").fetchall() == [
-        ("plain@2026-01-01T00:01:00Z~1",)]
-    assert conn.execute("SELECT id, watermark_ms FROM jobs WHERE watermark_ms = ? ORDER BY id",
-                        (at,)).fetchall() == [("held", at), ("plain", at), ("skipped", at)]
+    assert conn.execute("SELECT id FROM attempts WHERE created_ms = ? ORDER BY id",
+                        (at,)).fetchall() == [("idle@2026-01-01T00:02:00Z~1",),
+                                              ("plain@2026-01-01T00:02:00Z~1",)]
+    assert conn.execute("SELECT id FROM jobs WHERE watermark_ms = ? ORDER BY id",
+                        (at,)).fetchall() == [("held",), ("idle",), ("plain",), ("skipped",)]
     conn.execute("ROLLBACK")
     conn.execute("BEGIN")
     got = bulk_claim(conn, items, 1, at)
-    assert got is not None and got.positions == {1, 6}
+    assert got is not None and got.positions == {1, 6, 7}
     conn.execute("ROLLBACK")
 
 

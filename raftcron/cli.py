@@ -70,6 +70,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from raftcron.auth import AuthError, TokenStore
     from raftcron.config import ConfigError, load_config
     from raftcron.node import run_node
+    from raftcron.state.db import sqlite_too_old
 
     _setup_logging(args.log_level)
 
@@ -88,6 +89,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         config.read_webhook_secret()
         config.check_tls_files()
         config.check_ports_free()
+        if (too_old := sqlite_too_old()) is not None:
+            raise ConfigError(too_old)
         if config.tokens_file is not None:
             if not os.path.isfile(config.tokens_file):
                 raise ConfigError(f"tokens file {config.tokens_file!r} does not exist: create "

@@ -83,8 +83,11 @@ _MOVE_WATERMARKS = (
     "UPDATE jobs SET watermark_ms = b.at FROM temp.claim_batch AS b WHERE jobs.id = b.job_id"
 )
 _DECISIONS = (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED)
-# SQLite integers are 64-bit; anything outside is left to the item-by-item path.
+# SQLite integers are 64-bit.
 _INT_MAX = 2**63 - 1
+# The instants an occurrence id can name (core.timefmt.ms_to_iso): years 1 to 9999.
+_INSTANT_MIN_MS = -62_135_596_800_000
+_INSTANT_MAX_MS = 253_402_300_799_000
 
 
 @dataclass
@@ -101,10 +104,12 @@ def _is_int(value: Any) -> bool:
 
 
 def well_formed(item: Any) -> bool:
-    """[job id, version, instant ms, dispatch ms, decision], as SQLite can store them."""
+    """[job id, version, instant ms, dispatch ms, decision], as SQLite can store them and
+    an occurrence id can name the instant."""
     return (
         type(item) is list and len(item) == 5 and type(item[0]) is str
-        and _is_int(item[1]) and _is_int(item[2]) and _is_int(item[3])
+        and _is_int(item[1]) and type(item[2]) is int
+        and _INSTANT_MIN_MS <= item[2] <= _INSTANT_MAX_MS and _is_int(item[3])
         and type(item[4]) is str
     )
 

@@ -19,6 +19,18 @@ META_FENCING_SEQ = "fencing_seq"
 META_OUTBOX_SEQ = "outbox_seq"
 
 
+# UPDATE ... FROM (state.bulk_claim) arrived in SQLite 3.33 (2020).
+MIN_SQLITE = (3, 33, 0)
+
+
+def sqlite_too_old(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> str | None:
+    """Why this Python's SQLite library cannot hold the state, or None when it can."""
+    if version >= MIN_SQLITE:
+        return None
+    need, have = ".".join(map(str, MIN_SQLITE)), ".".join(map(str, version))
+    return f"raftcron needs SQLite {need} or newer; this Python uses SQLite {have}"
+
+
 def schema_sql() -> str:
     return resources.files("raftcron.state").joinpath("schema.sql").read_text()
 

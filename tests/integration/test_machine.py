@@ -1019,12 +1019,13 @@ def test_malformed_claim_items_are_refused_and_the_rest_recorded(led):
     at = T0 + MIN
     items = [["j", 1, at, at, "fire"], ["j", 1, at + MIN], ["k", True, at, at, "fire"],
              ["k", 1, float(at), at, "fire"], ["k", 1, 2**70, at, "fire"], "k", [],
-             ["k", 1, at, at, "fire"]]
+             ["k", 1, 2**62, at, "fire"], ["k", 1, at, at, "fire"]]
     r = led.apply(c.Claim(epoch=1, now_ms=at, items=items))
     assert r == {"ok": True, "fired": 2, "skipped": 0, "rejected_items": [
         ["j", at + MIN, "invalid_item"], ["k", at, "invalid_item"],
         ["k", float(at), "invalid_item"], ["k", 2**70, "invalid_item"],
-        ["k", None, "invalid_item"], [[], None, "invalid_item"]]}
+        ["k", None, "invalid_item"], [[], None, "invalid_item"],
+        ["k", 2**62, "invalid_item"]]}  # past year 9999: no occurrence id names it
     assert led.one("SELECT count(*) FROM attempts") == (2,)
 
 

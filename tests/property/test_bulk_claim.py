@@ -40,7 +40,7 @@ world = st.tuples(
 )
 # How an item may be malformed (the leader never sends these; apply must still agree).
 shapes = st.sampled_from(["ok"] * 24 + ["float_at", "bool_version", "int_job", "ms_at",
-                                       "bad_decision", "huge_version"])
+                                       "bad_decision", "huge_version", "far_at", "bc_at"])
 item = st.tuples(
     st.integers(0, len(JOBS)),  # len(JOBS): a job that does not exist
     st.integers(0, 3),  # minutes after the claim's base instant (one minute per claim)
@@ -60,7 +60,10 @@ step = st.one_of(
     st.tuples(st.just("complete"), st.integers(1, 4)),
     st.tuples(st.just("rewind"), st.integers(0, len(JOBS) - 1)),
     st.tuples(st.just("rewind"), st.integers(0, len(JOBS) - 1)),
-    st.tuples(st.sampled_from(["pause", "resume", "edit"]), st.integers(0, len(JOBS) - 1)),
+    st.tuples(st.sampled_from(["pause", "resume", "edit", "recreate"]),
+              st.integers(0, len(JOBS) - 1)),
+    st.tuples(st.just("quota"), st.sampled_from([None, 0, 1, 3])),
+    st.tuples(st.just("reopen"), st.just(0)),
     st.tuples(st.just("advance"), st.sampled_from([1_000, MIN])),
 )
 
@@ -90,6 +93,10 @@ def make_item(job_idx: int, minute: int, decision: str, off: int, delay: int, sh
         out[4] = "later"
     elif shape == "huge_version":
         out[1] = 2**70
+    elif shape == "far_at":  # no occurrence id can name it (past year 9999)
+        out[2] = 2**62
+    elif shape == "bc_at":
+        out[2] = -(2**62)
     return out
 
 
@@ -110,6 +117,13 @@ class Pair:
         assert ra == rb, cmd
         assert digest(self.a.conn) == digest(self.b.conn), cmd
         return ra
+
+    def reopen(self) -> None:
+        for name in ("a", "b"):
+            old = getattr(self, name)
+            path = old.conn.execute("PRAGMA database_list").fetchone()[2]
+            old.conn.close()
+            setattr(self, name, StateMachine(open_writer(path), bulk_claims=name == "a"))
 
     def both(self, sql: str, *args) -> None:
         """The same direct change on both databases (a state an older version left)."""
@@ -163,6 +177,16 @@ def run(pair: Pair, jobs: list, metered_quota: int | None, steps: list) -> None:
                                           else "forbid")
                 r = pair.apply(c.PutJob(pair.rid(), pair.now, body, False))
                 assert r["ok"], r
+        elif kind == "recreate":  # the same id, a new life: its old instants stay claimed
+            row = pair.q("SELECT spec FROM jobs WHERE id = ?", JOBS[arg])
+            if row:
+                pair.apply(c.DeleteJob(pair.rid(), pair.now, JOBS[arg]))
+                r = pair.apply(c.PutJob(pair.rid(), pair.now, json.loads(row[0][0]), True))
+                assert r["ok"], r
+        elif kind == "quota":  # the default tenant gains, changes or loses a fires quota
+            pair.apply(c.PutTenant(pair.rid(), pair.now, "default", max_fires_per_minute=arg))
+        elif kind == "reopen":  # a restart: the set path's temporary tables are gone
+            pair.reopen()
         elif kind == "rewind":  # a watermark behind the job's rows: UNIQUE decides
             pair.both("UPDATE jobs SET watermark_ms = watermark_ms - ? WHERE id = ?",
                       3 * MIN, JOBS[arg])

@@ -7,6 +7,10 @@ from zoneinfo import ZoneInfo
 
 from raftcron.core.errors import ValidationError
 
+# The instants `ms_to_iso` can write (years 1 to 9999, whole seconds at the top).
+ISO_MIN_MS = -62_135_596_800_000
+ISO_MAX_MS = 253_402_300_799_000
+
 
 def ms_to_iso(ms: int | None) -> str | None:
     """UTC ISO 8601 with a `Z`, millisecond precision only when needed."""

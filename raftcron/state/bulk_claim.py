@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.core import identity, policy
+from raftcron.core.timefmt import ISO_MAX_MS, ISO_MIN_MS
 
 # The candidate items, as `candidates` makes them; occurrence and attempt ids come from
 # core.identity, the one place that names them. (Bound row by row into a temporary table:
@@ -85,9 +86,6 @@ _MOVE_WATERMARKS = (
 _DECISIONS = (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED)
 # SQLite integers are 64-bit.
 _INT_MAX = 2**63 - 1
-# The instants an occurrence id can name (core.timefmt.ms_to_iso): years 1 to 9999.
-_INSTANT_MIN_MS = -62_135_596_800_000
-_INSTANT_MAX_MS = 253_402_300_799_000
 
 
 @dataclass
@@ -105,11 +103,11 @@ def _is_int(value: Any) -> bool:
 
 def well_formed(item: Any) -> bool:
     """[job id, version, instant ms, dispatch ms, decision], as SQLite can store them and
-    an occurrence id can name the instant."""
+    an occurrence id can name the instant (core.timefmt writes it)."""
     return (
         type(item) is list and len(item) == 5 and type(item[0]) is str
         and _is_int(item[1]) and type(item[2]) is int
-        and _INSTANT_MIN_MS <= item[2] <= _INSTANT_MAX_MS and _is_int(item[3])
+        and ISO_MIN_MS <= item[2] <= ISO_MAX_MS and _is_int(item[3])
         and type(item[4]) is str
     )
 

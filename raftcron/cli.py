@@ -289,8 +289,12 @@ def _import_chunks(jobs: list[Any]) -> list[tuple[int, list[Any]]]:
 def _import(args: argparse.Namespace, client: Any) -> int:
     """Create every job of a JSON file (a list of job objects, or {"jobs": [...]}) through
     POST /v1/jobs:batchCreate, 1,000 per request (a retry after a 503 carries the same
-    Idempotency-Key). Jobs that already exist are counted and left as they are, so an
-    interrupted import is simply run again. Exit 1 if any job was refused."""
+    Idempotency-Key). A job that already exists with the file's definition is counted as
+    unchanged, so an interrupted import is simply run again. One that exists with another
+    definition is named with the fields that differ and left as it is; with `--update` it
+    is edited to the file's definition (PUT with If-Match: the version the server reported,
+    so an edit made meanwhile is refused, not overwritten). Exit 1 if any job was refused,
+    or differs and was not updated."""
     import uuid
 
     from raftcron.client import ApiError
@@ -300,7 +304,8 @@ def _import(args: argparse.Namespace, client: Any) -> int:
     if not isinstance(jobs, list) or not jobs:
         raise UsageError(f"{args.file} must hold a non-empty JSON list of jobs "
                          '(or {"jobs": [...]})')
-    created, existing, refused = 0, 0, []
+    created, unchanged, refused = 0, 0, []
+    differing: list[tuple[Any, dict[str, Any]]] = []  # (file item, batchCreate result)
     for k, chunk in _import_chunks(jobs):
         try:
             out = client.request("POST", "/v1/jobs:batchCreate", json={"jobs": chunk},
@@ -311,20 +316,43 @@ def _import(args: argparse.Namespace, client: Any) -> int:
                 index, _, rest = e.field[5:].partition("]")
                 e.field = f"jobs[{k + int(index)}]{rest}"
             raise
-        for r in out["results"]:
+        for item, r in zip(chunk, out["results"], strict=True):
             if r["created"]:
                 created += 1
-            elif r["error"]["code"] == "already_exists":
-                existing += 1
+            elif r["error"]["code"] == "already_exists" and r.get("differs") == []:
+                unchanged += 1
+            elif r["error"]["code"] == "already_exists" and r.get("differs"):
+                differing.append((item, r))
             else:
                 refused.append(f"{r['id']}: {r['error']['message']}")
         print(f"{k + len(chunk)}/{len(jobs)} jobs sent", file=sys.stderr)
-    _print(args, {"created": created, "already_existed": existing, "refused": refused},
-           [(str(created), str(existing), str(len(refused)))],
-           ("created", "already existed", "refused"))
+    updated: list[str] = []
+    if args.update:
+        for item, r in differing:
+            try:
+                client.request("PUT", f"/v1/jobs/{r['id']}", json=item, retries=5, headers={
+                    "If-Match": f'"{r["current_version"]}"',
+                    "Idempotency-Key": f"import-{uuid.uuid4().hex}"})
+                updated.append(r["id"])
+            except ApiError as e:
+                if e.status == 412:
+                    refused.append(f"{r['id']}: edited on the server during the import "
+                                   "(run the import again)")
+                else:
+                    refused.append(f"{r['id']}: {e}")
+        differing = []
+    left = [{"id": r["id"], "fields": r["differs"]} for _, r in differing]
+    _print(args, {"created": created, "unchanged": unchanged, "updated": updated,
+                  "differing": left, "refused": refused},
+           [(str(created), str(unchanged), str(len(updated)), str(len(left)),
+             str(len(refused)))],
+           ("created", "unchanged", "updated", "differing", "refused"))
+    for job in left:
+        print(f"differs {job['id']}: {', '.join(job['fields'])} (left as it is; --update "
+              "applies the file)", file=sys.stderr)
     for line in refused:
         print(f"refused {line}", file=sys.stderr)
-    return 1 if refused else 0
+    return 1 if refused or left else 0
 
 
 BACKFILL_MAX_INSTANTS = 10_000
@@ -480,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--json", action="store_true")
         if name == "import":
             a.add_argument("file", help="JSON list of job objects (POST /v1/jobs bodies)")
+            a.add_argument("--update", action="store_true",
+                           help="edit existing jobs whose definition differs from the file")
         elif name != "list":
             a.add_argument("job_id")
         if name in ("add", "edit"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -13,8 +14,8 @@ from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenan
 from raftcron.api.context import ApiContext, now_ms, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
-from raftcron.core.errors import ValidationError
-from raftcron.core.model import JOB_ID_RE, parse_job
+from raftcron.core.errors import ALREADY_EXISTS, ValidationError
+from raftcron.core.model import JOB_ID_RE, Job, parse_job
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 from raftcron.state.queries import (
     JOB_SELECT,
@@ -81,8 +82,6 @@ async def guard_job_write(request: Request, ctx: ApiContext, job_id: str) -> Non
 
 
 def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> list[dict]:
-    from raftcron.core.model import Job
-
     j = Job.from_spec(json.loads(spec_row[3]))
     sched = j.compiled()
     out = []
@@ -159,8 +158,34 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         else:
             results.append({"id": job.id, "created": False, "error": {
                 "code": r["rejected"], "message": r["message"], "field": r.get("field")}})
+    await _compare_existing(request, ctx, items, jobs, results)
     return JSONResponse({"created": sum(1 for r in results if r["created"]),
                          "results": results})
+
+
+async def _compare_existing(request: Request, ctx: ApiContext, items: list[Any],
+                            jobs: list[Job], results: list[dict[str, Any]]) -> None:
+    """Tell, for each job refused as `already_exists`, its current version and the fields
+    in which the stored job differs from the one sent (`differs`, empty when they say the
+    same), so that a client re-importing an edited file learns what was left unchanged.
+    `paused` is compared only where the client sent it. Jobs the caller may not see are
+    left undescribed."""
+    existing = [i for i, r in enumerate(results)
+                if not r["created"] and r["error"]["code"] == ALREADY_EXISTS]
+    if not existing:
+        return
+    ids = sorted({jobs[i].id for i in existing})
+    marks = ",".join("?" * len(ids))
+    rows = {row[0]: row for row in await ctx.fetchall(
+        f"{JOB_SELECT} WHERE id IN ({marks})", tuple(ids))}
+    for i in existing:
+        row = rows.get(jobs[i].id)
+        if row is None or not can_see(request, row[1]):
+            continue
+        stored = replace(Job.from_spec(json.loads(row[3])), paused=bool(row[4]))
+        results[i]["current_version"] = row[2]
+        results[i]["differs"] = stored.fields_differing_from(
+            jobs[i], paused="paused" in items[i])
 
 
 async def list_jobs(request: Request) -> JSONResponse:
@@ -303,8 +328,6 @@ async def backfill_job(request: Request) -> JSONResponse:
         raise ValidationError("end", "must not be before start")
     await ctx.barrier()  # the job may have been created through another node a moment ago
     row = await load_job_row(ctx, job_id)
-    from raftcron.core.model import Job
-
     sched = Job.from_spec(json.loads(row[3])).compiled()
     instants: list[int] = []
     for t in sched.iter_between((start - 1) // 1000, end // 1000):

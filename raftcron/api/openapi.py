@@ -144,7 +144,8 @@ def _spec() -> dict[str, Any]:
                     _query("consistent", {"type": "boolean"})]),
             },
             "/v1/jobs:batchCreate": {"post": _op(
-                "Create up to 1,000 jobs in one replicated entry; one result per job",
+                "Create up to 1,000 jobs in one replicated entry; one result per job (for "
+                "an existing one: its current_version and the fields that differ)",
                 body={"type": "object", "required": ["jobs"], "properties": {
                     "jobs": {"type": "array", "minItems": 1, "maxItems": 1000,
                              "items": JOB_INPUT}}},

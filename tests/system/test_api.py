@@ -247,6 +247,17 @@ def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> Non
     assert [(r["id"], r["created"]) for r in body["results"]] == [
         ("bc-1", True), ("bc-exists", False), ("bc-2", True)]
     assert body["results"][1]["error"]["code"] == "already_exists"
+    # the existing job is described: its version, and what the one sent would change
+    assert body["results"][1]["current_version"] == 1
+    assert body["results"][1]["differs"] == []
+    assert "current_version" not in body["results"][0]
+    again = api.post(nid, "/v1/jobs:batchCreate", {"jobs": [
+        job_body("bc-2", timezone="Asia/Tokyo"), {**job_body("bc-1", cron="* * * * * *"),
+                                                   "paused": True, "max_attempts": 9}]})
+    assert again.status_code == 200, again.text
+    assert [(r["created"], r["current_version"], r["differs"])
+            for r in again.json()["results"]] == [
+        (False, 1, ["schedule"]), (False, 1, ["max_attempts", "paused"])]
     got = api.get(nid, "/v1/jobs/bc-2").json()
     assert got["version"] == 1 and got["schedule"]["timezone"] == "Europe/Berlin"
     # the leader's ticker learns of batch-created jobs like any other: bc-1 fires

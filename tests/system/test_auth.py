@@ -178,6 +178,12 @@ def test_tenant_token_manages_only_its_tenant(cl: LocalCluster, clients: list[As
         ("PUT", "/v1/jobs/blue-1", job("blue-1", "blue")),
     ):
         err(red(method, path, payload), 403, "forbidden")
+    # A batch naming blue's id is refused as existing, without describing blue's job.
+    batch = red("POST", "/v1/jobs:batchCreate", {"jobs": [job("blue-1", "red")]})
+    assert batch.status_code == 200, batch.text
+    refusal = batch.json()["results"][0]
+    assert refusal["error"]["code"] == "already_exists"
+    assert "current_version" not in refusal and "differs" not in refusal
     blue = admin("GET", "/v1/jobs/blue-1?consistent=true").json()
     assert blue["version"] == 1 and blue["tenant"] == "blue" and blue["paused"] is False
     assert admin("GET", "/v1/occurrences?job_id=blue-1").json()["occurrences"] == []

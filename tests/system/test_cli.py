@@ -174,13 +174,58 @@ def test_job_import_creates_each_job_once_and_reruns_harmlessly(
     path.write_text(json.dumps(jobs))
     first = raftcron("job", "import", str(path), "--server", server, "--json")
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout) == {"created": 3, "already_existed": 0, "refused": []}
+    assert json.loads(first.stdout) == {"created": 3, "unchanged": 0, "updated": [],
+                                         "differing": [], "refused": []}
     again = raftcron("job", "import", str(path), "--server", server, "--json")
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout) == {"created": 0, "already_existed": 3, "refused": []}
+    assert json.loads(again.stdout) == {"created": 0, "unchanged": 3, "updated": [],
+                                        "differing": [], "refused": []}
     listed = c.get(next(iter(c.procs)), "/v1/jobs", params={"consistent": "true"})["jobs"]
     assert sorted(j["id"] for j in listed if j["id"].startswith("imp-")) == [
         "imp-0", "imp-1", "imp-2"]
+
+
+def test_job_import_names_jobs_the_file_would_change_and_updates_them_on_request(
+        cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
+    c, server = cli
+    jobs = [{"id": f"upd-{i}", "schedule": {"cron": "0 3 * * *"}, "target": {"shell": "true"}}
+            for i in range(3)]
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    assert raftcron("job", "import", str(path), "--server", server).returncode == 0
+    jobs[1]["schedule"] = {"cron": "0 4 * * *", "timezone": "Europe/Berlin"}
+    jobs[2]["target"] = {"shell": "echo edited"}
+    jobs[2]["max_attempts"] = 1
+    path.write_text(json.dumps(jobs))
+
+    def server_job(job_id: str) -> dict:
+        return c.get(next(iter(c.procs)), f"/v1/jobs/{job_id}", params={"consistent": "true"})
+
+    # Without --update: named with the fields that differ, left as they are, exit 1.
+    out = raftcron("job", "import", str(path), "--server", server, "--json")
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout) == {
+        "created": 0, "unchanged": 1, "updated": [], "refused": [],
+        "differing": [{"id": "upd-1", "fields": ["schedule"]},
+                      {"id": "upd-2", "fields": ["target", "max_attempts"]}]}
+    assert "differs upd-2: target, max_attempts" in out.stderr
+    assert "--update" in out.stderr
+    assert server_job("upd-1")["version"] == 1
+    assert server_job("upd-1")["schedule"]["cron"] == "0 3 * * *"
+
+    # With --update: edited to the file's definitions; a paused job stays paused.
+    assert c.post(next(iter(c.procs)), "/v1/jobs/upd-2/pause").status_code == 200
+    out = raftcron("job", "import", str(path), "--update", "--server", server, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["updated"] == ["upd-1", "upd-2"]
+    one, two = server_job("upd-1"), server_job("upd-2")
+    assert (one["version"], one["schedule"]["cron"], one["schedule"]["timezone"]) == (
+        2, "0 4 * * *", "Europe/Berlin")
+    assert (two["version"], two["target"]["shell"], two["max_attempts"], two["paused"]) == (
+        2, "echo edited", 1, True)
+    again = raftcron("job", "import", str(path), "--server", server, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["unchanged"] == 3
 
 
 def test_job_import_of_an_invalid_job_exits_2_naming_it(

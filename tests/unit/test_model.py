@@ -238,3 +238,19 @@ def test_jobs_are_frozen():
     job = parse_job(BASE)
     with pytest.raises(AttributeError):
         job.id = "other"  # type: ignore[misc]
+
+
+def test_fields_differing_from_names_each_changed_field_but_never_the_version():
+    job = parse_job(BASE)
+    assert job.fields_differing_from(job.with_version(7)) == []
+    other = parse_job(job_with(schedule={"cron": "0 4 * * *"}, target={"shell": "echo bye"},
+                               max_attempts=5))
+    assert job.fields_differing_from(other) == ["schedule", "target", "max_attempts"]
+    assert other.fields_differing_from(job) == ["schedule", "target", "max_attempts"]
+
+
+def test_fields_differing_from_compares_paused_only_when_asked():
+    job = parse_job(BASE)
+    paused = parse_job(job_with(paused=True))
+    assert job.fields_differing_from(paused) == ["paused"]
+    assert job.fields_differing_from(paused, paused=False) == []

@@ -153,6 +153,26 @@ async def batch_create(url: str, headers: dict[str, str],
                                for i in range(0, len(bodies), BATCH_CREATE)))
 
 
+async def delete_jobs(url: str, headers: dict[str, str], ids: list[str],
+                      in_flight: int = 16) -> None:
+    """DELETE every job of `ids` (a 404 counts as done: a retried delete that had landed)."""
+    async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+        sem = asyncio.Semaphore(in_flight)
+
+        async def one(job_id: str) -> None:
+            async with sem:
+                for _ in range(30):
+                    r = await client.delete(f"{url}/v1/jobs/{job_id}")
+                    if r.status_code in (200, 404):
+                        return
+                    if r.status_code not in (503, 429):
+                        raise RuntimeError(f"delete {job_id}: {r.status_code} {r.text[:300]}")
+                    await asyncio.sleep(0.5)
+                raise RuntimeError(f"delete {job_id}: gave up")
+
+        await asyncio.gather(*(one(job_id) for job_id in ids))
+
+
 @dataclass
 class ProcSample:
     cpu_s: float

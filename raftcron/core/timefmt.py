@@ -16,14 +16,17 @@ def ms_to_iso(ms: int | None) -> str | None:
     """UTC ISO 8601 with a `Z`, millisecond precision only when needed."""
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    # Whole seconds and milliseconds apart: `ms / 1000` as a float loses the millisecond
+    # of instants after about the year 2200 (…57.219 written as …57.218).
+    dt = datetime.fromtimestamp(ms // 1000, tz=UTC)
     if ms % 1000:
+        dt = dt.replace(microsecond=ms % 1000 * 1000)
         return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def ms_to_local_iso(ms: int, tz: str) -> str:
-    dt = datetime.fromtimestamp(ms / 1000, tz=ZoneInfo(tz))
+    dt = datetime.fromtimestamp(ms // 1000, tz=ZoneInfo(tz))
     return dt.isoformat(timespec="seconds")
 
 

@@ -145,6 +145,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from raftcron.worker.runner import WorkerOptions
     from raftcron.worker.runner import main as worker_main
 
     _setup_logging(args.log_level)
@@ -152,8 +153,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [q for q in args.queues.split(",") if q]
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1")
+    if not 0 <= args.refused_grace_s <= 86_400:
+        return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
-    return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None)
+    return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None,
+                       options=WorkerOptions(refused_grace_s=args.refused_grace_s))
 
 
 # --- API clients -------------------------------------------------------------------------------
@@ -495,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--concurrency", type=int, default=4)
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
+    wp.add_argument("--refused-grace-s", type=float, default=60.0,
+                    help="how long to keep asking while the token or queues are refused "
+                         "(401/403) before the first lease, e.g. while a tokens file reaches "
+                         "the nodes; then exit 2 (default 60)")
     wp.add_argument("--log-level", default="INFO")
     wp.set_defaults(func=cmd_worker)
 

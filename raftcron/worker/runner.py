@@ -85,6 +85,10 @@ class WorkerOptions:
     backoff_initial_s: float = 0.5
     backoff_cap_s: float = 30.0
     completion_batch: int = 50
+    refused_grace_s: float = 60.0
+    """How long a worker never yet answered keeps asking when its token or queues are
+    refused (401/403) before it stops: a tokens file being rolled out reaches the nodes
+    one by one, and a worker started with a new token may ask a node that lacks it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -252,6 +256,7 @@ class Worker:
 
     async def _lease_loop(self, stop: asyncio.Event) -> None:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        refused_since: float | None = None
         while not stop.is_set():
             free = self.concurrency - len(self._runs)
             if free <= 0:
@@ -274,12 +279,22 @@ class Worker:
                 await _sleep_or(stop, delay)
                 continue
             except ApiError as e:
-                if e.status in (401, 403) and not self._leased_once:
-                    # A missing or wrong token, or a queue it may not lease from: no retry
-                    # will fix the worker's own configuration.
-                    raise WorkerConfigError(f"cannot lease: {e.message}") from None
                 delay = backoff.next()
-                log.error("server refused the lease request: %s; retrying in %.1fs", e, delay)
+                if e.status in (401, 403) and not self._leased_once:
+                    # A missing or wrong token, or a queue it may not lease from: the
+                    # worker's own configuration, unless the tokens file is still being
+                    # rolled out. Past the grace period it says so and stops.
+                    now = asyncio.get_running_loop().time()
+                    refused_since = now if refused_since is None else refused_since
+                    left = self.options.refused_grace_s - (now - refused_since)
+                    if left <= 0:
+                        raise WorkerConfigError(f"cannot lease: {e.message}") from None
+                    delay = min(delay, left)
+                    log.error("server refused the lease request: %s; retrying in %.1fs, "
+                              "stopping if still refused %.0fs from now", e, delay, left)
+                else:
+                    log.error("server refused the lease request: %s; retrying in %.1fs",
+                              e, delay)
                 await _sleep_or(stop, delay)
                 continue
             self._leased_once = True
@@ -453,6 +468,7 @@ def main(
     worker_id: str,
     *,
     token: str | None = None,
+    options: WorkerOptions | None = None,
 ) -> int:
     """Run a worker in the foreground. The first SIGTERM/SIGINT shuts down gracefully;
     a second one stops immediately (runs are killed and not reported)."""
@@ -477,7 +493,8 @@ def main(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig.name)
         try:
-            await run_worker(servers, queues, concurrency, worker_id, token=token, stop=stop)
+            await run_worker(servers, queues, concurrency, worker_id, token=token, stop=stop,
+                             options=options)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)

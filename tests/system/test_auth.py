@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from starlette.routing import Route
 
 from raftcron.api.app import ROUTES
+from raftcron.auth import create_token
 from raftcron.testing import LocalCluster, wait_until
 
 pytestmark = pytest.mark.system
@@ -347,7 +349,44 @@ def test_a_worker_the_cluster_refuses_exits_2_with_one_line(
         "rc_not_a_token" if scope == "bogus" else cl.create_token(scope))
     servers = ",".join(cl.urls.values())
     out = raftcron("worker", "--server", servers, "--queues", queues, "--id", "refused",
-                   token=token)
+                   "--refused-grace-s", "1", token=token)
     assert out.returncode == 2, out.stderr
+    # It kept asking through the grace period first (a tokens file may be rolling out).
+    assert "stopping if still refused" in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("raftcron: cannot lease: "), out.stderr
+
+
+def test_a_worker_whose_token_reaches_the_nodes_late_waits_for_it(
+        cl: LocalCluster, clients: list[As], tmp_path: Path) -> None:
+    """A worker started with a token the nodes do not know yet (the tokens file is still
+    being copied to them) keeps asking, and works once the file arrives."""
+    staged = tmp_path / "tokens.json"
+    shutil.copy(cl.tokens_file, staged)
+    token = create_token(str(staged), ["worker:late"], "late")
+    env = {**{k: v for k, v in os.environ.items() if k != "RAFTCRON_TOKEN"},
+           "RAFTCRON_TOKEN": token}
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raftcron", "worker", "--server", ",".join(cl.urls.values()),
+             "--queues", "late", "--id", "late", "--refused-grace-s", "60"],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: "stopping if still refused" in log.read_text(), 30,
+                   message="the worker refused and retrying")
+        assert proc.poll() is None, log.read_text()
+        os.utime(staged)
+        os.replace(staged, cl.tokens_file)  # the rollout reaches the nodes
+        marker = tmp_path / "ran"
+        admin = client(cl, clients, cl.admin_token)
+        made = admin("POST", "/v1/jobs", job("late-1", queue="late",
+                                             target={"shell": f"touch {marker}"}))
+        assert made.status_code == 201, made.text
+        fired = admin("POST", "/v1/jobs/late-1/trigger", {})
+        assert fired.status_code == 202, fired.text
+        wait_until(marker.exists, 30, message="the late-token worker ran the job")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -290,6 +290,21 @@ def _import_chunks(jobs: list[Any]) -> list[tuple[int, list[Any]]]:
     return chunks
 
 
+def _refuse_repeated_ids(path: str, jobs: list[Any]) -> None:
+    """A file naming one job id twice says two things of one job: which one it means is
+    the user's call, not the import's (the server keeps the first, and every later import
+    would find the second differing)."""
+    first: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        job_id = job.get("id") if isinstance(job, dict) else None
+        if not isinstance(job_id, str):
+            continue  # the server names what is wrong with it
+        if job_id in first:
+            raise UsageError(f"{path}: jobs[{first[job_id]}] and jobs[{i}] are both "
+                             f"job {job_id!r}")
+        first[job_id] = i
+
+
 def _import(args: argparse.Namespace, client: Any) -> int:
     """Create every job of a JSON file (a list of job objects, or {"jobs": [...]}) through
     POST /v1/jobs:batchCreate, 1,000 per request (a retry after a 503 carries the same
@@ -302,12 +317,14 @@ def _import(args: argparse.Namespace, client: Any) -> int:
     import uuid
 
     from raftcron.client import ApiError
+    from raftcron.core.errors import ALREADY_EXISTS
 
     data = _read_json(args.file)
     jobs = data.get("jobs") if isinstance(data, dict) else data
     if not isinstance(jobs, list) or not jobs:
         raise UsageError(f"{args.file} must hold a non-empty JSON list of jobs "
                          '(or {"jobs": [...]})')
+    _refuse_repeated_ids(args.file, jobs)
     created, unchanged, refused = 0, 0, []
     differing: list[tuple[Any, dict[str, Any]]] = []  # (file item, batchCreate result)
     for k, chunk in _import_chunks(jobs):
@@ -323,9 +340,9 @@ def _import(args: argparse.Namespace, client: Any) -> int:
         for item, r in zip(chunk, out["results"], strict=True):
             if r["created"]:
                 created += 1
-            elif r["error"]["code"] == "already_exists" and r.get("differs") == []:
+            elif r["error"]["code"] == ALREADY_EXISTS and r.get("differs") == []:
                 unchanged += 1
-            elif r["error"]["code"] == "already_exists" and r.get("differs"):
+            elif r["error"]["code"] == ALREADY_EXISTS and r.get("differs"):
                 differing.append((item, r))
             else:
                 refused.append(f"{r['id']}: {r['error']['message']}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -158,16 +157,16 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         else:
             results.append({"id": job.id, "created": False, "error": {
                 "code": r["rejected"], "message": r["message"], "field": r.get("field")}})
-    await _compare_existing(request, ctx, items, jobs, results)
+    await _describe_existing(request, ctx, items, jobs, results)
     return JSONResponse({"created": sum(1 for r in results if r["created"]),
                          "results": results})
 
 
-async def _compare_existing(request: Request, ctx: ApiContext, items: list[Any],
+async def _describe_existing(request: Request, ctx: ApiContext, items: list[Any],
                             jobs: list[Job], results: list[dict[str, Any]]) -> None:
     """Tell, for each job refused as `already_exists`, its current version and the fields
-    in which the stored job differs from the one sent (`differs`, empty when they say the
-    same), so that a client re-importing an edited file learns what was left unchanged.
+    in which the stored job differs from the one sent (`differs`, empty when none do), so
+    that a client re-importing an edited file learns what was left unchanged.
     `paused` is compared only where the client sent it. Jobs the caller may not see are
     left undescribed."""
     existing = [i for i, r in enumerate(results)
@@ -182,10 +181,10 @@ async def _compare_existing(request: Request, ctx: ApiContext, items: list[Any],
         row = rows.get(jobs[i].id)
         if row is None or not can_see(request, row[1]):
             continue
-        stored = replace(Job.from_spec(json.loads(row[3])), paused=bool(row[4]))
+        stored = Job.from_spec(json.loads(row[3]))  # pause and resume keep its `paused`
         results[i]["current_version"] = row[2]
         results[i]["differs"] = stored.fields_differing_from(
-            jobs[i], paused="paused" in items[i])
+            jobs[i], compare_paused="paused" in items[i])
 
 
 async def list_jobs(request: Request) -> JSONResponse:

@@ -88,12 +88,12 @@ class Job:
         d["notify"] = tuple(d.get("notify") or ())
         return Job(**d)
 
-    def fields_differing_from(self, other: Job, *, paused: bool = True) -> list[str]:
-        """The top-level fields in which `other` says something else than this job, in
-        definition order. The version is never compared (every edit moves it), and
-        `paused` only when asked: pause and resume change it outside the definition."""
+    def fields_differing_from(self, other: Job, *, compare_paused: bool = True) -> list[str]:
+        """The top-level fields in which `other` differs from this job, in definition
+        order. The version is never compared (every edit moves it), and `paused` only when
+        asked: pause and resume change it outside the definition."""
         return [name for name in _JOB_FIELDS
-                if name != "version" and (paused or name != "paused")
+                if name != "version" and (compare_paused or name != "paused")
                 and getattr(self, name) != getattr(other, name)]
 
     def to_api(self) -> dict[str, Any]:

@@ -86,9 +86,10 @@ class WorkerOptions:
     backoff_cap_s: float = 30.0
     completion_batch: int = 50
     refused_grace_s: float = 60.0
-    """How long a worker never yet answered keeps asking when its token or queues are
-    refused (401/403) before it stops: a tokens file being rolled out reaches the nodes
-    one by one, and a worker started with a new token may ask a node that lacks it."""
+    """How long a worker that has not leased yet keeps asking when its token or queues
+    are refused (401/403) before it stops (counted from the first refusal): a tokens
+    file being rolled out reaches the nodes one by one, and a worker started with a new
+    token may ask a node that lacks it."""
 
 
 @dataclass(slots=True, eq=False)

@@ -230,7 +230,7 @@ def test_job_import_names_jobs_the_file_would_change_and_updates_them_on_request
 
 def test_job_import_of_an_invalid_job_exits_2_naming_it(
         cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
-    _, server = cli
+    c, server = cli
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"id": "imp-ok", "schedule": {"cron": "* * * * *"},
                                  "target": {"shell": "true"}},
@@ -239,6 +239,18 @@ def test_job_import_of_an_invalid_job_exits_2_naming_it(
     out = raftcron("job", "import", str(path), "--server", server)
     assert out.returncode == 2
     assert "jobs[1].schedule.cron" in one_line(out.stderr)
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps([{"id": "imp-twice", "schedule": {"cron": "* * * * *"},
+                                  "target": {"shell": "true"}},
+                                 {"id": "imp-other", "schedule": {"cron": "* * * * *"},
+                                  "target": {"shell": "true"}},
+                                 {"id": "imp-twice", "schedule": {"cron": "0 * * * *"},
+                                  "target": {"shell": "true"}}]))
+    out = raftcron("job", "import", str(twice), "--server", server)
+    assert out.returncode == 2
+    assert "jobs[0] and jobs[2] are both job 'imp-twice'" in one_line(out.stderr)
+    listed = c.get(next(iter(c.procs)), "/v1/jobs", params={"consistent": "true"})["jobs"]
+    assert not {j["id"] for j in listed} & {"imp-twice", "imp-other"}  # nothing sent
     not_json = tmp_path / "x.json"
     not_json.write_text("{")
     out = raftcron("job", "import", str(not_json), "--server", server)

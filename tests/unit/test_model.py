@@ -253,4 +253,4 @@ def test_fields_differing_from_compares_paused_only_when_asked():
     job = parse_job(BASE)
     paused = parse_job(job_with(paused=True))
     assert job.fields_differing_from(paused) == ["paused"]
-    assert job.fields_differing_from(paused, paused=False) == []
+    assert job.fields_differing_from(paused, compare_paused=False) == []

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from raftcron.worker.client import ServerUnavailable, WorkerClient
-from raftcron.worker.runner import Worker, WorkerOptions, run_worker
+from raftcron.worker.runner import Worker, WorkerConfigError, WorkerOptions, run_worker
 
 FAST = WorkerOptions(
     wait_s=0.2, busy_wait_s=0.1, drain_timeout_s=3.0, report_timeout_s=3.0,
@@ -309,6 +309,72 @@ async def test_leasing_backs_off_and_recovers_when_cluster_unavailable() -> None
     await run_until(worker, lambda: "att-1" in cluster.completed)
     await healer
     assert cluster.completed["att-1"]["outcome"] == "succeeded"
+
+
+def refuse_leases(cluster: FakeCluster, times: int, status: int = 401) -> list[int]:
+    """The next `times` lease requests are refused with `status`; then leases as usual.
+    Returns the list the refusals are counted in."""
+    refused: list[int] = []
+
+    async def handler(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if len(refused) < times:
+            refused.append(status)
+            return httpx.Response(status, json={"error": {
+                "code": "unauthorized", "message": "unknown token", "field": "Authorization"}})
+        return await cluster.default(request, body)
+
+    cluster.overrides["/v1/leases"] = handler
+    return refused
+
+
+async def test_a_refused_token_is_retried_through_the_grace_period() -> None:
+    cluster = FakeCluster()
+    refused = refuse_leases(cluster, times=3)
+    cluster.leases_to_give = [lease(1)]
+    worker = make_worker(cluster, options=dataclasses.replace(FAST, refused_grace_s=30))
+    await run_until(worker, lambda: "att-1" in cluster.completed)
+    assert refused == [401, 401, 401]
+
+
+async def test_a_token_still_refused_after_the_grace_period_stops_the_worker() -> None:
+    cluster = FakeCluster()
+    refused = refuse_leases(cluster, times=10_000, status=403)
+    worker = make_worker(cluster, options=dataclasses.replace(FAST, refused_grace_s=0.3))
+    with pytest.raises(WorkerConfigError, match="cannot lease: unknown token"):
+        await asyncio.wait_for(worker.run(asyncio.Event()), 10)
+    assert len(refused) >= 2  # asked again within the grace period before stopping
+    # No grace: the first refusal stops it.
+    once = FakeCluster()
+    refused_once = refuse_leases(once, times=1)
+    once.leases_to_give = [lease(1)]
+    no_grace = make_worker(once, options=dataclasses.replace(FAST, refused_grace_s=0))
+    with pytest.raises(WorkerConfigError):
+        await asyncio.wait_for(no_grace.run(asyncio.Event()), 10)
+    assert refused_once == [401] and not once.completed
+
+
+async def test_after_a_first_lease_a_refusal_is_retried_for_good() -> None:
+    """Once the configuration worked, a 401 is a token rollout in progress or a node's
+    hiccup: the worker keeps asking, past any grace period."""
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1)]
+    worker = make_worker(cluster, options=dataclasses.replace(FAST, refused_grace_s=0))
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        async with asyncio.timeout(10):
+            while "att-1" not in cluster.completed:
+                await asyncio.sleep(0.02)
+        refused = refuse_leases(cluster, times=5)
+        cluster.leases_to_give = [lease(2)]
+        async with asyncio.timeout(10):
+            while "att-2" not in cluster.completed:
+                assert not task.done()
+                await asyncio.sleep(0.02)
+        assert refused == [401] * 5
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
 
 
 async def test_main_exits_zero_on_sigterm() -> None:

@@ -17,11 +17,10 @@ index, move the watermarks, one transaction), with no pending-attempt row, no ov
 pause or quota policy, and either no per-job index at all or one `(job_id, instant)` index
 for per-job reads, and that last one again with five commands committed per transaction
 (group commit). "ceiling: set path, no attempt row" bounds what reshaping the storage model
-could give the set path: the product's schema and set statements, but no attempt row at
-claim time (the first attempt would be made at lease, dispatch reading a pending-occurrence
-index), watermarks and live-run counts in a narrow per-job table, and the `allow` policy
-read from a partial index instead of the job's JSON: none of the product's other work per
-command (result, refusals, fallback).
+could give the set path: the product's machine and set path (encode, apply, candidates,
+result), but no attempt row at claim time (the first attempt would be made at lease,
+dispatch reading a pending-occurrence index), watermarks and live-run counts in a narrow
+per-job table, and the `allow` policy read from a partial index instead of the job's JSON.
 
     python bench/claim_apply.py [--jobs 1000] [--rounds 20] [--reps 5] [--profile]
 """
@@ -29,7 +28,9 @@ command (result, refusals, fallback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import functools
 import io
 import os
 import pstats
@@ -37,11 +38,13 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.model import parse_job
+from raftcron.state import bulk_claim, occurrences
 from raftcron.state.db import Checkpointer, open_writer, schema_sql
 from raftcron.state.machine import StateMachine
 
@@ -74,11 +77,24 @@ def claim_round(jobs: list[str], r: int, decision: str) -> c.Claim:
 
 
 def run_machine(tmp: str, jobs: list[str], rounds: int, decision: str, overlap: str,
-                profiler: cProfile.Profile | None = None, bulk: bool = True) -> float:
+                profiler: cProfile.Profile | None = None, bulk: bool = True,
+                reshaped: bool = False) -> float:
     """Occurrence rows per second through encode + apply_bytes (`bulk=False`: every item
-    decided one by one, as before the set path)."""
+    decided one by one, as before the set path; `reshaped`: the set path of the reshaped
+    storage model, RESHAPED)."""
     sm, index = setup_machine(os.path.join(tmp, f"sm-{decision}-{overlap}.db"), jobs, overlap,
                               bulk)
+    if reshaped:
+        sm.conn.executescript(RESHAPED_SCHEMA)
+        with claims_through(RESHAPED):
+            return _time_claims(tmp, sm, index, jobs, rounds, decision, overlap, profiler,
+                                without_attempts=True)
+    return _time_claims(tmp, sm, index, jobs, rounds, decision, overlap, profiler)
+
+
+def _time_claims(tmp: str, sm: StateMachine, index: int, jobs: list[str], rounds: int,
+                 decision: str, overlap: str, profiler: cProfile.Profile | None,
+                 without_attempts: bool = False) -> float:
     cmds = [claim_round(jobs, r, decision) for r in range(rounds)]
     # As on a node: WAL checkpoints run on a background thread, off the apply path.
     checkpointer = Checkpointer(os.path.join(tmp, f"sm-{decision}-{overlap}.db")).start()
@@ -96,6 +112,9 @@ def run_machine(tmp: str, jobs: list[str], rounds: int, decision: str, overlap: 
         profiler.disable()
     n = sm.conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
     assert n == rounds * len(jobs), n
+    if without_attempts:  # every item went through the reshaped set path
+        attempts = sm.conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
+        assert attempts == 0, f"{attempts} items left the reshaped set path"
     sm.conn.close()
     return n / elapsed
 
@@ -224,72 +243,44 @@ CREATE TABLE job_marks (job_id TEXT PRIMARY KEY, watermark_ms INTEGER NOT NULL,
     pending INTEGER NOT NULL DEFAULT 0, running INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE INDEX occ_ready ON occurrences (queue, dispatch_at_ms) WHERE status = 'pending';
 CREATE INDEX jobs_allow ON jobs (id) WHERE json_extract(spec, '$.overlap_policy') = 'allow';
+INSERT INTO job_marks (job_id, watermark_ms) SELECT id, watermark_ms FROM jobs;
 """
-RESHAPED_INPUT = (
-    "CREATE TEMP TABLE IF NOT EXISTS reshaped_input (pos INTEGER PRIMARY KEY, job_id TEXT, "
-    "version INTEGER, at INTEGER, dispatch_at INTEGER, decision TEXT, occ_id TEXT)"
-)
-RESHAPED_OCCURRENCES = """
-INSERT INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, dispatch_at_ms,
-    job_version, status, reason, attempts, epoch, created_ms)
-SELECT i.occ_id, j.id, j.tenant, j.queue, 'scheduled', i.at, i.dispatch_at, j.version,
-       CASE WHEN i.decision != 'fire' OR j.paused THEN 'skipped' ELSE 'pending' END,
-       CASE WHEN i.decision != 'fire' THEN i.decision WHEN j.paused THEN 'paused' END,
-       0, :epoch, :now
-FROM temp.reshaped_input AS i JOIN jobs AS j ON j.id = i.job_id
+# Its claim: the product's judgement, reading the watermark and the live runs from the
+# narrow marks and the `allow` policy from the partial index; no attempt rows; the marks
+# of the taken items move (and count a queued run for each fire).
+RESHAPED = bulk_claim.ClaimStatements(
+    judge="""
+INSERT INTO temp.claim_batch
+SELECT i.pos, i.occ_id, i.att_id, j.id, j.tenant, j.queue, j.version, i.at, i.dispatch_at,
+       CASE WHEN i.decision != :fire OR j.paused THEN 'skipped' ELSE 'pending' END,
+       CASE WHEN i.decision != :fire THEN i.decision WHEN j.paused THEN :paused END
+FROM temp.claim_input AS i JOIN jobs AS j ON j.id = i.job_id
 JOIN job_marks AS m ON m.job_id = i.job_id
 WHERE j.version = i.version AND i.at > m.watermark_ms
-  AND (i.decision != 'fire' OR j.paused
+  AND (i.decision != :fire OR j.paused
        OR ((EXISTS (SELECT 1 FROM jobs AS k INDEXED BY jobs_allow WHERE k.id = j.id
                     AND json_extract(k.spec, '$.overlap_policy') = 'allow')
             OR (m.pending = 0 AND m.running = 0))
            AND j.tenant NOT IN (SELECT name FROM tenants
                                 WHERE max_fires_per_minute IS NOT NULL)))
 ORDER BY i.pos
-"""
-RESHAPED_MARKS = (
-    "UPDATE job_marks SET watermark_ms = i.at, pending = pending + (i.decision = 'fire') "
-    "FROM temp.reshaped_input AS i WHERE job_marks.job_id = i.job_id"
+""",
+    attempts=None,
+    watermarks="UPDATE job_marks SET watermark_ms = b.at, pending = pending + "
+               "(b.status = 'pending') FROM temp.claim_batch AS b "
+               "WHERE job_marks.job_id = b.job_id",
 )
 
 
-def run_reshaped(tmp: str, jobs: list[str], rounds: int) -> float:
-    """Occurrence rows per second for the set path of a claim that makes no attempt row
-    (the reshaped model of the module doc), on the product's database and settings."""
-    path = os.path.join(tmp, "reshaped.db")
-    sm, index = setup_machine(path, jobs, "allow")
-    conn = sm.conn
-    conn.executescript(RESHAPED_SCHEMA)
-    conn.execute("INSERT INTO job_marks (job_id, watermark_ms) SELECT id, watermark_ms FROM jobs")
-    payloads = [c.encode(claim_round(jobs, r, "fire")) for r in range(rounds)]
-    occurrence_id = identity.scheduled_occurrence_id
-    checkpointer = Checkpointer(path).start()
-    start = time.perf_counter()
-    for payload in payloads:
-        index += 1
-        cmd = c.decode(payload)
-        assert isinstance(cmd, c.Claim)
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("SAVEPOINT claim")
-        conn.execute(RESHAPED_INPUT)
-        conn.execute("DELETE FROM temp.reshaped_input")
-        conn.executemany("INSERT INTO temp.reshaped_input VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         [(pos, job_id, version, at, dispatch_at, decision,
-                           occurrence_id(job_id, at))
-                          for pos, (job_id, version, at, dispatch_at, decision)
-                          in enumerate(cmd.items)])
-        taken = conn.execute(RESHAPED_OCCURRENCES, {"epoch": cmd.epoch, "now": cmd.now_ms})
-        assert taken.rowcount == len(cmd.items), taken.rowcount
-        conn.execute(RESHAPED_MARKS)
-        conn.execute("RELEASE claim")
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'last_applied_index'", (index,))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    checkpointer.stop()
-    n = conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
-    assert n == rounds * len(jobs), n
-    conn.close()
-    return n / elapsed
+@contextlib.contextmanager
+def claims_through(statements: bulk_claim.ClaimStatements) -> Iterator[None]:
+    """Every claim applied inside goes through `statements` instead of the product's."""
+    product = occurrences.bulk_claim
+    occurrences.bulk_claim = functools.partial(product, statements=statements)
+    try:
+        yield
+    finally:
+        occurrences.bulk_claim = product
 
 
 def main() -> None:
@@ -320,7 +311,8 @@ def main() -> None:
             t, jobs, args.rounds, True),
         "ceiling: + per-job index, 5 cmds/txn": lambda t: run_ceiling(
             t, jobs, args.rounds, True, group=5),
-        "ceiling: set path, no attempt row": lambda t: run_reshaped(t, jobs, args.rounds),
+        "ceiling: set path, no attempt row": lambda t: run_machine(
+            t, jobs, args.rounds, "fire", "allow", reshaped=True),
     }
     results: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.reps):

@@ -9,7 +9,7 @@ import platform
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -108,21 +108,34 @@ def leader_first(urls: dict[str, str], leader: str) -> list[str]:
     return [urls[leader], *[u for nid, u in urls.items() if nid != leader]]
 
 
+async def until_answered(send: Callable[[], Awaitable[httpx.Response]], done: set[int],
+                         what: str, tries: int = 30) -> httpx.Response:
+    """`send()` until it answers a status in `done`, waiting 0.5 s after a 429, a 503 or no
+    answer (a leader change); any other status, or `tries` failures, raise."""
+    for _ in range(tries):
+        try:
+            r = await send()
+        except httpx.TransportError:
+            await asyncio.sleep(0.5)
+            continue
+        if r.status_code in done:
+            return r
+        if r.status_code not in (429, 503):
+            raise RuntimeError(f"{what}: {r.status_code} {r.text[:300]}")
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{what}: gave up")
+
+
 async def create_jobs(url: str, headers: dict[str, str], bodies: list[dict[str, Any]],
                       concurrency: int = 32) -> float:
-    """PUT-create every job body concurrently; returns the seconds it took."""
+    """POST-create every job body concurrently; returns the seconds it took."""
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=60, headers=headers) as client:
         async def create(body: dict[str, Any]) -> None:
             async with sem:
-                for _ in range(20):
-                    r = await client.post(f"{url}/v1/jobs", json=body)
-                    if r.status_code == 201:
-                        return
-                    if r.status_code not in (429, 503):
-                        raise RuntimeError(f"creating {body['id']}: {r.status_code} {r.text}")
-                    await asyncio.sleep(0.5)
-                raise RuntimeError(f"creating {body['id']}: gave up")
+                # A retried create that had landed answers 409: the job is there.
+                await until_answered(lambda: client.post(f"{url}/v1/jobs", json=body),
+                                     {201, 409}, f"creating {body['id']}", tries=20)
 
         t0 = time.time()
         await asyncio.gather(*(create(b) for b in bodies))
@@ -139,15 +152,11 @@ async def batch_create(url: str, headers: dict[str, str],
             # A retry after an unknown outcome (503) must not create twice: same key.
             key = {"Idempotency-Key": uuid.uuid4().hex}
             async with sem:
-                for _ in range(30):
-                    r = await client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk},
-                                          headers=key)
-                    if r.status_code == 200 and r.json()["created"] == len(chunk):
-                        return
-                    if r.status_code not in (503, 429):
-                        raise RuntimeError(f"batch create: {r.status_code} {r.text[:300]}")
-                    await asyncio.sleep(0.5)
-                raise RuntimeError("batch create: gave up")
+                r = await until_answered(
+                    lambda: client.post(f"{url}/v1/jobs:batchCreate", json={"jobs": chunk},
+                                        headers=key), {200}, "batch create")
+                if r.json()["created"] != len(chunk):
+                    raise RuntimeError(f"batch create: {r.text[:300]}")
 
         await asyncio.gather(*(one(bodies[i:i + BATCH_CREATE])
                                for i in range(0, len(bodies), BATCH_CREATE)))
@@ -161,14 +170,8 @@ async def delete_jobs(url: str, headers: dict[str, str], ids: list[str],
 
         async def one(job_id: str) -> None:
             async with sem:
-                for _ in range(30):
-                    r = await client.delete(f"{url}/v1/jobs/{job_id}")
-                    if r.status_code in (200, 404):
-                        return
-                    if r.status_code not in (503, 429):
-                        raise RuntimeError(f"delete {job_id}: {r.status_code} {r.text[:300]}")
-                    await asyncio.sleep(0.5)
-                raise RuntimeError(f"delete {job_id}: gave up")
+                await until_answered(lambda: client.delete(f"{url}/v1/jobs/{job_id}"),
+                                     {200, 404}, f"delete {job_id}")
 
         await asyncio.gather(*(one(job_id) for job_id in ids))
 

@@ -114,7 +114,7 @@ def mean(values: list[float]) -> float:
 
 
 def report(args: argparse.Namespace, samples: list[Sample], seen: Received,
-           t0: float, created_s: float, ids: list[str], converged: bool, epochs: int) -> str:
+           t0: float, created_s: float, ids: list[str], converged: str, epochs: int) -> str:
     seconds = args.minutes * 60
     lines = [
         f"$ python bench/soak.py --jobs {args.jobs} --minutes {args.minutes} "
@@ -173,7 +173,7 @@ def report(args: argparse.Namespace, samples: list[Sample], seen: Received,
                  f"{pct(first10, 0.99) * 1000:.0f} / "
                  f"{max(first10, default=float('nan')) * 1000:.0f} ms |")
     lines.append(f"| new leader epochs during the run (elections won) | {epochs} |")
-    lines.append(f"| node digests equal at the end (every job deleted first) | {'yes' if converged else 'NO'} |")
+    lines.append(f"| node digests equal at the end (every job deleted first) | {converged} |")
     return "\n".join(lines) + "\n"
 
 
@@ -236,13 +236,13 @@ async def run(args: argparse.Namespace) -> str:
             )
             # The nodes are compared once nothing fires any more (while jobs fire, the
             # nodes are seldom caught at one applied index): every job is deleted first.
-            await delete_jobs(c.urls[c.wait_leader(timeout=30)], c.auth_headers(),
-                              [body["id"] for body in bodies])
             try:
+                await delete_jobs(c.urls[c.wait_leader(timeout=30)], c.auth_headers(),
+                                  [body["id"] for body in bodies])
                 c.wait_converged(timeout=120)
-                converged = True
-            except Exception:
-                converged = False
+                converged = "yes"
+            except Exception as e:  # the samples are written all the same
+                converged = f"NO ({e})"
             epochs = max((c.cluster_view(n) or {}).get("epoch") or 0 for n in c.ids) - epoch_start
             text = report(args, samples, seen, t0, created_s, c.ids, converged, epochs)
             print(text)

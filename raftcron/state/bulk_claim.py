@@ -84,6 +84,19 @@ _MOVE_WATERMARKS = (
     "UPDATE jobs SET watermark_ms = b.at FROM temp.claim_batch AS b WHERE jobs.id = b.job_id"
 )
 _DECISIONS = (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED)
+
+
+@dataclass(frozen=True)
+class ClaimStatements:
+    """The statements that judge the staged items into `claim_batch` and record its rows
+    (bench/claim_apply.py measures other storage models through the same path)."""
+
+    judge: str = _SELECT
+    attempts: str | None = _INSERT_ATTEMPTS
+    watermarks: str = _MOVE_WATERMARKS
+
+
+STATEMENTS = ClaimStatements()
 # SQLite integers are 64-bit.
 _INT_MAX = 2**63 - 1
 
@@ -136,7 +149,7 @@ def candidates(items: list[list[Any]]) -> list[tuple[Any, ...]]:
 
 
 def bulk_claim(conn: sqlite3.Connection, items: list[list[Any]], epoch: int,
-               now_ms: int) -> BulkClaimed | None:
+               now_ms: int, statements: ClaimStatements = STATEMENTS) -> BulkClaimed | None:
     """Record the items SQL can decide alone; None when the database refused a row (the
     caller rolls back what this did and decides every item one by one)."""
     rows = candidates(items)
@@ -147,13 +160,15 @@ def bulk_claim(conn: sqlite3.Connection, items: list[list[Any]], epoch: int,
     conn.execute("DELETE FROM temp.claim_input")
     conn.execute("DELETE FROM temp.claim_batch")
     conn.executemany(_INPUT, rows)
-    taken = conn.execute(_SELECT, {"fire": policy.FIRE, "paused": policy.SKIP_PAUSED}).rowcount
+    judged = {"fire": policy.FIRE, "paused": policy.SKIP_PAUSED}
+    taken = conn.execute(statements.judge, judged).rowcount
     if taken == 0:
         return BulkClaimed()
     if conn.execute(_INSERT_OCCURRENCES, {"epoch": epoch, "now": now_ms}).rowcount != taken:
         return None
-    conn.execute(_INSERT_ATTEMPTS, {"now": now_ms})
-    conn.execute(_MOVE_WATERMARKS)
+    if statements.attempts is not None:
+        conn.execute(statements.attempts, {"now": now_ms})
+    conn.execute(statements.watermarks)
     fired = conn.execute(
         "SELECT count(*) FROM temp.claim_batch WHERE status = 'pending'").fetchone()[0]
     positions = (set(range(len(items))) if taken == len(items) else

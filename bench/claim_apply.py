@@ -245,26 +245,34 @@ CREATE INDEX occ_ready ON occurrences (queue, dispatch_at_ms) WHERE status = 'pe
 CREATE INDEX jobs_allow ON jobs (id) WHERE json_extract(spec, '$.overlap_policy') = 'allow';
 INSERT INTO job_marks (job_id, watermark_ms) SELECT id, watermark_ms FROM jobs;
 """
-# Its claim: the product's judgement, reading the watermark and the live runs from the
-# narrow marks and the `allow` policy from the partial index; no attempt rows; the marks
-# of the taken items move (and count a queued run for each fire).
+# Its claim: the product's judgement (derived from it, so the two cannot drift apart),
+# reading the watermark and the live runs from the narrow marks and the `allow` policy
+# from the partial index; no attempt rows; the marks of the taken items move (and count a
+# queued run for each fire).
+_NO_LIVE_RUNS = """(NOT EXISTS (SELECT 1 FROM attempts AS a
+                            WHERE a.job_id = j.id AND a.status = 'pending')
+                AND NOT EXISTS (SELECT 1 FROM attempts AS a
+                                WHERE a.job_id = j.id AND a.status = 'running'))"""
+
+
+def _reshaped_judge() -> str:
+    sql = bulk_claim.STATEMENTS.judge
+    for old, new in (
+        ("JOIN jobs AS j ON j.id = i.job_id",
+         "JOIN jobs AS j ON j.id = i.job_id JOIN job_marks AS m ON m.job_id = i.job_id"),
+        ("i.at > j.watermark_ms", "i.at > m.watermark_ms"),
+        ("json_extract(j.spec, '$.overlap_policy') = 'allow'",
+         "EXISTS (SELECT 1 FROM jobs AS k INDEXED BY jobs_allow WHERE k.id = j.id "
+         "AND json_extract(k.spec, '$.overlap_policy') = 'allow')"),
+        (_NO_LIVE_RUNS, "(m.pending = 0 AND m.running = 0)"),
+    ):
+        assert sql.count(old) == 1, f"the product's claim judgement changed: {old!r}"
+        sql = sql.replace(old, new)
+    return sql
+
+
 RESHAPED = bulk_claim.ClaimStatements(
-    judge="""
-INSERT INTO temp.claim_batch
-SELECT i.pos, i.occ_id, i.att_id, j.id, j.tenant, j.queue, j.version, i.at, i.dispatch_at,
-       CASE WHEN i.decision != :fire OR j.paused THEN 'skipped' ELSE 'pending' END,
-       CASE WHEN i.decision != :fire THEN i.decision WHEN j.paused THEN :paused END
-FROM temp.claim_input AS i JOIN jobs AS j ON j.id = i.job_id
-JOIN job_marks AS m ON m.job_id = i.job_id
-WHERE j.version = i.version AND i.at > m.watermark_ms
-  AND (i.decision != :fire OR j.paused
-       OR ((EXISTS (SELECT 1 FROM jobs AS k INDEXED BY jobs_allow WHERE k.id = j.id
-                    AND json_extract(k.spec, '$.overlap_policy') = 'allow')
-            OR (m.pending = 0 AND m.running = 0))
-           AND j.tenant NOT IN (SELECT name FROM tenants
-                                WHERE max_fires_per_minute IS NOT NULL)))
-ORDER BY i.pos
-""",
+    judge=_reshaped_judge(),
     attempts=None,
     watermarks="UPDATE job_marks SET watermark_ms = b.at, pending = pending + "
                "(b.status = 'pending') FROM temp.claim_batch AS b "

@@ -231,21 +231,17 @@ def test_job_import_names_jobs_the_file_would_change_and_updates_them_on_request
 def test_job_import_of_an_invalid_job_exits_2_naming_it(
         cli: tuple[LocalCluster, str], tmp_path: Path) -> None:
     c, server = cli
+    def job(job_id: str, cron: str = "* * * * *") -> dict:
+        return {"id": job_id, "schedule": {"cron": cron}, "target": {"shell": "true"}}
+
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps([{"id": "imp-ok", "schedule": {"cron": "* * * * *"},
-                                 "target": {"shell": "true"}},
-                                {"id": "imp-bad", "schedule": {"cron": "99 * * * *"},
-                                 "target": {"shell": "true"}}]))
+    path.write_text(json.dumps([job("imp-ok"), job("imp-bad", "99 * * * *")]))
     out = raftcron("job", "import", str(path), "--server", server)
     assert out.returncode == 2
     assert "jobs[1].schedule.cron" in one_line(out.stderr)
     twice = tmp_path / "twice.json"
-    twice.write_text(json.dumps([{"id": "imp-twice", "schedule": {"cron": "* * * * *"},
-                                  "target": {"shell": "true"}},
-                                 {"id": "imp-other", "schedule": {"cron": "* * * * *"},
-                                  "target": {"shell": "true"}},
-                                 {"id": "imp-twice", "schedule": {"cron": "0 * * * *"},
-                                  "target": {"shell": "true"}}]))
+    twice.write_text(json.dumps([job("imp-twice"), job("imp-other"),
+                                 job("imp-twice", "0 * * * *")]))
     out = raftcron("job", "import", str(twice), "--server", server)
     assert out.returncode == 2
     assert "jobs[0] and jobs[2] are both job 'imp-twice'" in one_line(out.stderr)

@@ -28,7 +28,6 @@ per-job table, and the `allow` policy read from a partial index instead of the j
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import functools
 import io
@@ -38,7 +37,6 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from raftcron.core import commands as c
@@ -86,10 +84,9 @@ def run_machine(tmp: str, jobs: list[str], rounds: int, decision: str, overlap: 
                               bulk)
     if reshaped:
         sm.conn.executescript(RESHAPED_SCHEMA)
-        with claims_through(RESHAPED):
-            return _time_claims(tmp, sm, index, jobs, rounds, decision, overlap, profiler,
-                                without_attempts=True)
-    return _time_claims(tmp, sm, index, jobs, rounds, decision, overlap, profiler)
+        sm.handlers[c.Claim] = functools.partial(occurrences.claim, statements=RESHAPED)
+    return _time_claims(tmp, sm, index, jobs, rounds, decision, overlap, profiler,
+                        without_attempts=reshaped)
 
 
 def _time_claims(tmp: str, sm: StateMachine, index: int, jobs: list[str], rounds: int,
@@ -278,17 +275,6 @@ RESHAPED = bulk_claim.ClaimStatements(
                "(b.status = 'pending') FROM temp.claim_batch AS b "
                "WHERE job_marks.job_id = b.job_id",
 )
-
-
-@contextlib.contextmanager
-def claims_through(statements: bulk_claim.ClaimStatements) -> Iterator[None]:
-    """Every claim applied inside goes through `statements` instead of the product's."""
-    product = occurrences.bulk_claim
-    occurrences.bulk_claim = functools.partial(product, statements=statements)
-    try:
-        yield
-    finally:
-        occurrences.bulk_claim = product
 
 
 def main() -> None:

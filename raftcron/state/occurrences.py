@@ -8,7 +8,13 @@ from typing import Any
 
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Backfill, Claim, TriggerManual
-from raftcron.state.bulk_claim import BulkClaimed, bulk_claim, well_formed
+from raftcron.state.bulk_claim import (
+    STATEMENTS,
+    BulkClaimed,
+    ClaimStatements,
+    bulk_claim,
+    well_formed,
+)
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
 from raftcron.state.tenants import FireCounter
@@ -139,16 +145,18 @@ def _malformed(item: Any) -> list[Any]:
     return [fields[0], fields[2] if len(fields) > 2 else None, "invalid_item"]
 
 
-def claim(ctx: ApplyContext, cmd: Claim, bulk: bool = True) -> dict[str, Any]:
+def claim(ctx: ApplyContext, cmd: Claim, bulk: bool = True,
+          statements: ClaimStatements = STATEMENTS) -> dict[str, Any]:
     """Record the leader's decision for each nominal instant, once per (job, instant).
 
     The items SQL can decide alone go through the set statements of `bulk_claim`; the
     rest, item by item, through `claim_items`. `bulk=False` decides every item one by one
-    (the reference the set path is tested against)."""
+    (the reference the set path is tested against); `statements` are the set statements
+    (benchmarks measure other storage models with them)."""
     taken = BulkClaimed()
     if bulk:
         ctx.conn.execute("SAVEPOINT bulk_claim")
-        recorded = bulk_claim(ctx.conn, cmd.items, cmd.epoch, cmd.now_ms)
+        recorded = bulk_claim(ctx.conn, cmd.items, cmd.epoch, cmd.now_ms, statements)
         if recorded is None:  # the database refused a row: decide each item on its own
             ctx.conn.execute("ROLLBACK TO bulk_claim")
         else:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_id
+from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
@@ -111,10 +111,13 @@ async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = Non
 
 async def create_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
-    job = parse_job(await json_body(request))
+    body = await json_body(request)
+    job = parse_job(body)
     require_tenant_write(request, job.tenant)
-    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True))
-    return JSONResponse(await job_detail(ctx, job.id), status_code=201,
+    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True,
+                               request_hash=request_hash(request, body)))
+    # A replayed request is answered with the same visibility checks as a fresh one.
+    return JSONResponse(await job_detail(ctx, job.id, request), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
 
 
@@ -140,15 +143,14 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     # Entries of at most CREATE_JOBS_CHUNK jobs, one after another: each apply stays short
     # (it runs on the Raft thread, which must keep sending heartbeats). A retry with the same
     # Idempotency-Key gets each chunk's stored result rather than creating anything twice.
-    rid = request_id(request)
+    # An Idempotency-Key reused for a different batch is refused (422) at its first chunk:
+    # every chunk carries the hash of the whole request.
+    rid, rhash = request_id(request), request_hash(request, body)
     applied: list[dict[str, Any]] = []
     for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
         specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
-        # The chunk's content is part of its request id: an Idempotency-Key reused for a
-        # different batch is a different request, never another batch's stored answer.
-        digest = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
         async with ctx.bulk_entries:
-            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}#{digest}", now_ms(), specs))
+            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", now_ms(), specs, rhash))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):
@@ -249,8 +251,9 @@ async def put_job(request: Request) -> JSONResponse:
         spec["paused"] = bool(current[4])
         job = type(job).from_spec(spec)
     result = await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(),
-                                        create=False, expected_version=if_match(request)))
-    detail = await job_detail(ctx, job_id)
+                                        create=False, expected_version=if_match(request),
+                                        request_hash=request_hash(request, body)))
+    detail = await job_detail(ctx, job_id, request)
     return JSONResponse(detail, headers={"ETag": f'"{result["version"]}"'})
 
 
@@ -258,7 +261,8 @@ async def delete_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request)))
+    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request),
+                                  request_hash(request)))
     return JSONResponse({"deleted": job_id})
 
 
@@ -266,16 +270,16 @@ async def pause_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id))
-    return JSONResponse(await job_detail(ctx, job_id))
+    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    return JSONResponse(await job_detail(ctx, job_id, request))
 
 
 async def resume_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id))
-    return JSONResponse(await job_detail(ctx, job_id))
+    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    return JSONResponse(await job_detail(ctx, job_id, request))
 
 
 async def occurrence_by_id(ctx: ApiContext, occ_id: str) -> dict[str, Any]:
@@ -304,11 +308,12 @@ async def trigger_job(request: Request) -> JSONResponse:
     override = body.get("override_overlap", False)
     if not isinstance(override, bool):
         raise ValidationError("override_overlap", "must be true or false")
-    key = request.headers.get("idempotency-key") or request_id(request)
-    if len(key) > 200:
-        raise ValidationError("Idempotency-Key", "must be at most 200 characters")
+    # The key names the manual run (the same key never makes a second run, whoever sends
+    # it); the request id binds it to the caller, and the hash to this request's body.
+    key = idempotency_key(request) or request_id(request)
     result = await ctx.propose(c.TriggerManual(
-        f"trigger {job_id} {key}", now_ms(), job_id, key, override_overlap=override,
+        f"trigger {job_id} {principal_of(request).identity} {key}", now_ms(), job_id, key,
+        override_overlap=override, request_hash=request_hash(request, body),
     ))
     occ = await occurrence_by_id(ctx, result["occurrence_id"])
     occ["duplicate"] = bool(result.get("duplicate") or result.get("replayed_request"))
@@ -335,14 +340,19 @@ async def backfill_job(request: Request) -> JSONResponse:
         instants.append(t * 1000)
         if len(instants) > MAX_BACKFILL:
             raise ValidationError("end", f"the range holds more than {MAX_BACKFILL} instants")
-    key = request.headers.get("idempotency-key") or hashlib.sha256(
+    key = idempotency_key(request) or hashlib.sha256(
         f"{start}:{end}".encode()).hexdigest()[:16]
+    who, rhash = principal_of(request).identity, request_hash(request, body)
     ids: list[str] = []
     created = 0
     for i in range(0, len(instants), BACKFILL_CHUNK):
         chunk = instants[i : i + BACKFILL_CHUNK]
+        # With an Idempotency-Key the chunk is named by its place, so that the same key sent
+        # with another range is refused (422) rather than taken as a new request.
+        part = f"#{i}" if rhash is not None else f"{chunk[0]}-{chunk[-1]}"
         result = await ctx.propose(c.Backfill(
-            f"backfill {job_id} {key} {chunk[0]}-{chunk[-1]}", now_ms(), job_id, key, chunk,
+            f"backfill {job_id} {who} {key} {part}", now_ms(), job_id, key, chunk,
+            request_hash=rhash,
         ))
         ids += result["occurrence_ids"]
         if not result.get("replayed_request"):

@@ -9,12 +9,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
+from raftcron.api.auth import (
+    can_see,
+    principal_of,
+    require_tenant_write,
+    reveals_secrets,
+    tenant_clause,
+)
 from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
+from raftcron.core.secrets import holds_redacted, restore_redacted
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 from raftcron.state.queries import (
     JOB_SELECT,
@@ -98,11 +105,11 @@ def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> lis
     return out
 
 
-async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = None
-                     ) -> dict[str, Any]:
-    row = (await visible_job_row(request, ctx, job_id) if request is not None
-           else await load_job_row(ctx, job_id))
-    out = job_to_api(row)
+async def job_detail(ctx: ApiContext, job_id: str, request: Request) -> dict[str, Any]:
+    """The job as `request`'s caller may see it (404 if not at all; secrets as `***`
+    unless admin)."""
+    row = await visible_job_row(request, ctx, job_id)
+    out = job_to_api(row, reveal_secrets=reveals_secrets(request))
     out["next_fire_times"] = next_fire_times(out, row)
     latest = await ctx.fetchone(*recent_occurrences(job_id, 1))
     out["latest_occurrence"] = occurrence_to_api(latest) if latest else None
@@ -114,6 +121,7 @@ async def create_job(request: Request) -> JSONResponse:
     body = await json_body(request)
     job = parse_job(body)
     require_tenant_write(request, job.tenant)
+    restore_redacted(job.target, None)  # a new job has no stored secret to keep: 400
     await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True,
                                request_hash=request_hash(request, body)))
     # A replayed request is answered with the same visibility checks as a fresh one.
@@ -135,6 +143,7 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     for i, item in enumerate(items):
         try:
             jobs.append(parse_job(item))
+            restore_redacted(jobs[-1].target, None)  # nothing stored to keep: 400
         except ValidationError as e:
             field = f"jobs[{i}]" if e.field == "body" else f"jobs[{i}].{e.field}"
             raise ValidationError(field, e.message) from None
@@ -216,7 +225,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    return JSONResponse({"jobs": [job_to_api(r) for r in rows],
+    reveal = reveals_secrets(request)
+    return JSONResponse({"jobs": [job_to_api(r, reveal_secrets=reveal) for r in rows],
                          "next_cursor": rows[-1][0] if more else None})
 
 
@@ -244,11 +254,16 @@ async def put_job(request: Request) -> JSONResponse:
     job = parse_job(body, job_id=job_id)
     require_tenant_write(request, job.tenant)
     await guard_job_write(request, ctx, job_id)
-    if isinstance(body, dict) and "paused" not in body:
+    keep_paused = isinstance(body, dict) and "paused" not in body
+    if keep_paused or holds_redacted(job.target):
         await ctx.barrier()
         current = await load_job_row(ctx, job_id)
         spec = job.to_spec()
-        spec["paused"] = bool(current[4])
+        if keep_paused:
+            spec["paused"] = bool(current[4])
+        # "***" sent back for a secret keeps the stored value (same URL only), see
+        # core.secrets.
+        spec["target"] = restore_redacted(job.target, json.loads(current[3])["target"])
         job = type(job).from_spec(spec)
     result = await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(),
                                         create=False, expected_version=if_match(request),

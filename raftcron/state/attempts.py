@@ -98,6 +98,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "attempt_id": attempt_id,
             "occurrence_id": occ_id,
             "job_id": job_id,
+            "tenant": tenant,  # the worker resolves the target's secret references in it
             "scheduled_for": ms_to_iso(scheduled_for),
             "kind": kind,
             "attempt": number,

@@ -302,3 +302,23 @@ def test_a_secret_reference_is_resolved_by_the_worker_and_never_stored(
     for path in cl.root.rglob("*"):
         if path.is_file() and path != secrets and not path.name.endswith(".log"):
             assert value.encode() not in path.read_bytes(), path
+
+
+def test_a_backfill_key_names_the_backfill_across_ranges_and_principals(
+        cl: LocalCluster, tokens: dict[str, str], as_: Any) -> None:
+    """`raftcron job backfill` sends one key with slice after slice: each slice is its own
+    request, a repeated slice creates nothing, and another tenant cannot backfill."""
+    a = as_(tokens["a"])
+    assert a("POST", "/v1/jobs", job("a-bf", "a", schedule={"cron": "* * * * *"})).status_code \
+        == 201
+    key = {"Idempotency-Key": "bf-2026"}
+    slices = [{"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:04:00Z"},
+              {"start": "2026-01-01T00:05:00Z", "end": "2026-01-01T00:09:00Z"}]
+    made = [a("POST", "/v1/jobs/a-bf/backfill", s, headers=key) for s in slices]
+    assert [r.status_code for r in made] == [202, 202], [r.text for r in made]
+    assert [r.json()["created"] for r in made] == [5, 5]
+    again = a("POST", "/v1/jobs/a-bf/backfill", slices[0], headers=key)
+    assert again.status_code == 202 and again.json()["created"] == 0
+    assert again.json()["occurrence_ids"] == made[0].json()["occurrence_ids"]
+    refused(as_(tokens["b"])("POST", "/v1/jobs/a-bf/backfill", slices[0], headers=key),
+            403, "forbidden")

@@ -232,6 +232,9 @@ def test_an_edit_that_sends_the_placeholder_back_keeps_the_secret_only_for_the_s
     # A new job has no stored secret to keep.
     err = refused(a("POST", "/v1/jobs", {**edit, "id": "a-new"}), 400, "invalid")
     assert err["field"] == "target.http.headers.Authorization"
+    err = refused(a("POST", "/v1/jobs:batchCreate", {"jobs": [{**edit, "id": "a-new"}]}),
+                  400, "invalid")
+    assert err["field"] == "jobs[0].target.http.headers.Authorization"
     assert admin("GET", "/v1/jobs/a-edit").json()["target"]["http"]["url"] == \
         "https://hooks.example.com/charge"
 

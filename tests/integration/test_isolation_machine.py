@@ -88,3 +88,11 @@ def test_a_worker_allowed_the_queue_or_any_queue_acts_as_before(led):
     r = led.apply(c.Complete(T0 + MIN + 2, "w1", [[a, tok, "succeeded", 0, ""]], None))
     assert r["results"][0]["ok"] is True
     assert led.attempt(a)["status"] == "succeeded"
+
+
+def test_worker_entries_written_before_the_queue_check_decode_and_apply_as_before(led):
+    a, tok = _leased_on_qb(led)
+    old = c.decode(json.dumps({"v": 1, "t": "heartbeat", "a": {
+        "now_ms": T0 + MIN + 1, "worker_id": "w1", "attempts": [[a, tok]]}}).encode())
+    assert old.queues is None
+    assert led.apply(old)["results"][0]["ok"] is True

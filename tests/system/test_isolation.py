@@ -325,3 +325,20 @@ def test_a_backfill_key_names_the_backfill_across_ranges_and_principals(
     assert again.json()["occurrence_ids"] == made[0].json()["occurrence_ids"]
     refused(as_(tokens["b"])("POST", "/v1/jobs/a-bf/backfill", slices[0], headers=key),
             403, "forbidden")
+
+
+@pytest.mark.parametrize("content, mode, says", [
+    ('{"a/x": "v"}', 0o644, "chmod 600"),
+    ('["not", "a", "map"]', 0o600, "JSON object"),
+])
+def test_a_worker_with_an_unusable_secrets_file_exits_2_with_one_line(
+        tmp_path: Path, content: str, mode: int, says: str) -> None:
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(content)
+    os.chmod(secrets, mode)
+    out = subprocess.run(
+        [sys.executable, "-m", "raftcron", "worker", "--server", "http://127.0.0.1:9",
+         "--token", "rc_x", "--secrets-file", str(secrets)],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, out.stderr

@@ -87,6 +87,14 @@ class Principal:
     scopes: tuple[str, ...]
     tenants: frozenset[str] = field(default_factory=frozenset)
     worker_queues: frozenset[str] | None = None  # None: any queue (or not a worker)
+    # A short prefix of the token's stored hash: tells apart two tokens of the same name
+    # without being a usable credential ("" for principals without a token entry).
+    key_id: str = ""
+
+    @property
+    def identity(self) -> str:
+        """Who made a request, as idempotency records and logs name it (never the token)."""
+        return f"{self.name}#{self.key_id}" if self.key_id else self.name
 
     @property
     def admin(self) -> bool:
@@ -115,8 +123,10 @@ def principal_from(entry: dict) -> Principal:
             break
         if s.startswith("worker:"):
             queues = (queues or set()) | set(s.split(":", 1)[1].split(","))
+    digest = entry.get("hash")
+    key_id = digest.removeprefix("sha256:")[:16] if isinstance(digest, str) else ""
     return Principal(entry.get("name", ""), scopes, tenants,
-                     frozenset(queues) if queues is not None else None)
+                     frozenset(queues) if queues is not None else None, key_id)
 
 
 class TokenStore:

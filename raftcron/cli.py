@@ -157,7 +157,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
     return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None,
-                       options=WorkerOptions(refused_grace_s=args.refused_grace_s))
+                       options=WorkerOptions(refused_grace_s=args.refused_grace_s,
+                                             secrets_file=args.secrets_file))
 
 
 # --- API clients -------------------------------------------------------------------------------
@@ -520,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long to keep asking while the token or queues are refused "
                          "(401/403) before the first lease, e.g. while a tokens file reaches "
                          "the nodes; then exit 2 (default 60)")
+    wp.add_argument("--secrets-file",
+                    help='JSON {"<tenant>/<name>": "value"} of the secrets job targets may '
+                         'name as {"secret": "<name>"}; mode 0600')
     wp.add_argument("--log-level", default="INFO")
     wp.set_defaults(func=cmd_worker)
 

@@ -8,7 +8,9 @@ or the stored job (the tenant of a job, the queues of a lease) are made by the r
 handlers through the helpers below.
 
 Nodes call each other's `GET /v1/cluster` (readiness, the cluster view). They present a
-token derived from the cluster secret, which every node holds: it has the `read` scope.
+token derived from the cluster secret, which every node holds. It has its own `node` scope,
+which reaches `GET /v1/cluster` and nothing else: it travels between nodes, over plain HTTP
+unless TLS is set up, so it must not be able to read jobs.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/favicon.ico"})
 WORKER_PATHS = frozenset({"/v1/leases", "/v1/heartbeats", "/v1/completions", "/v1/releases"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 ANONYMOUS_ADMIN = Principal("auth-off", ("admin",))
-NODE_PRINCIPAL = Principal("cluster-node", ("read",))
+NODE_SCOPE = "node"  # not a scope a tokens file can hold (raftcron.auth.SCOPE_RE)
+NODE_PRINCIPAL = Principal("cluster-node", (NODE_SCOPE,))
+NODE_PATHS = frozenset({"/v1/cluster"})
 STATE_KEY = "principal"
 
 
@@ -79,6 +83,10 @@ class Authenticator:
 
 def coarse_denial(principal: Principal, method: str, path: str) -> str | None:
     """Why this principal can never make this request (None: the handler decides)."""
+    if principal.scopes == (NODE_SCOPE,):
+        if method in READ_METHODS and path in NODE_PATHS:
+            return None
+        return "is the node token, which only reads GET /v1/cluster"
     if is_worker_path(path):
         if method not in READ_METHODS:
             return None if principal.can_work() else "needs the worker or admin scope"
@@ -157,6 +165,12 @@ def visible_tenants(request: Request) -> frozenset[str] | None:
     if p.admin or "read" in p.scopes:
         return None
     return p.tenants
+
+
+def reveals_secrets(request: Request) -> bool:
+    """Whether job targets are shown with their secrets: to admin only. Every other
+    principal, the job's own tenant and `read` tokens included, sees `***`."""
+    return principal_of(request).admin
 
 
 def can_see(request: Request, tenant: str) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 from starlette.requests import Request
 
+from raftcron.api.auth import principal_of
 from raftcron.api.errors import HTTPError, rejection_error
 from raftcron.cluster.proposer import NO_LEADER, ProposalError
 from raftcron.core.commands import Barrier, Command
@@ -89,11 +92,34 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def request_id(request: Request) -> str:
-    """Client writes are deduplicated by request id: the Idempotency-Key when given."""
+def idempotency_key(request: Request) -> str | None:
+    """The client's Idempotency-Key (None when it sent none)."""
     key = request.headers.get("idempotency-key")
-    if key:
-        if len(key) > 200:
-            raise HTTPError(400, "invalid", "must be at most 200 characters", "Idempotency-Key")
-        return f"{request.method} {request.url.path} {key}"
-    return uuid.uuid4().hex
+    if not key:
+        return None
+    if len(key) > 200:
+        raise HTTPError(400, "invalid", "must be at most 200 characters", "Idempotency-Key")
+    return key
+
+
+def request_id(request: Request) -> str:
+    """Client writes are deduplicated by request id: with an Idempotency-Key, the key bound
+    to the method, the path and the caller's identity (another principal's key is another
+    request, never its replay); without one, a fresh id."""
+    key = idempotency_key(request)
+    if key is None:
+        return uuid.uuid4().hex
+    return f"{request.method} {request.url.path} {principal_of(request).identity} {key}"
+
+
+def request_hash(request: Request, body: Any = None) -> str | None:
+    """A hash of what the request asks for (method, path, If-Match and the canonical JSON
+    body), kept with its idempotency record: the same key sent with another request is
+    refused (422 `idempotency_key_reused`) instead of answered with the first one's result.
+    None without an Idempotency-Key (the request id is fresh then)."""
+    if idempotency_key(request) is None:
+        return None
+    canonical = json.dumps([request.method, request.url.path,
+                            request.headers.get("if-match"), body],
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]

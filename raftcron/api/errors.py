@@ -26,6 +26,8 @@ REJECTION_STATUS = {
     errors.STALE_EPOCH: 503,
     errors.QUOTA_EXCEEDED: 403,
     errors.RATE_LIMITED: 429,
+    errors.FORBIDDEN: 403,
+    errors.IDEMPOTENCY_KEY_REUSED: 422,
 }
 
 

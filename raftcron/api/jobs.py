@@ -9,12 +9,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_id
+from raftcron.api.auth import (
+    can_see,
+    principal_of,
+    require_tenant_write,
+    reveals_secrets,
+    tenant_clause,
+)
+from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
+from raftcron.core.secrets import holds_redacted, restore_redacted
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 from raftcron.state.queries import (
     JOB_SELECT,
@@ -98,11 +105,11 @@ def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> lis
     return out
 
 
-async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = None
-                     ) -> dict[str, Any]:
-    row = (await visible_job_row(request, ctx, job_id) if request is not None
-           else await load_job_row(ctx, job_id))
-    out = job_to_api(row)
+async def job_detail(ctx: ApiContext, job_id: str, request: Request) -> dict[str, Any]:
+    """The job as `request`'s caller may see it (404 if not at all; secrets as `***`
+    unless admin)."""
+    row = await visible_job_row(request, ctx, job_id)
+    out = job_to_api(row, reveal_secrets=reveals_secrets(request))
     out["next_fire_times"] = next_fire_times(out, row)
     latest = await ctx.fetchone(*recent_occurrences(job_id, 1))
     out["latest_occurrence"] = occurrence_to_api(latest) if latest else None
@@ -111,10 +118,14 @@ async def job_detail(ctx: ApiContext, job_id: str, request: Request | None = Non
 
 async def create_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
-    job = parse_job(await json_body(request))
+    body = await json_body(request)
+    job = parse_job(body)
     require_tenant_write(request, job.tenant)
-    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True))
-    return JSONResponse(await job_detail(ctx, job.id), status_code=201,
+    restore_redacted(job.target, None)  # a new job has no stored secret to keep: 400
+    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True,
+                               request_hash=request_hash(request, body)))
+    # A replayed request is answered with the same visibility checks as a fresh one.
+    return JSONResponse(await job_detail(ctx, job.id, request), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
 
 
@@ -132,6 +143,7 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     for i, item in enumerate(items):
         try:
             jobs.append(parse_job(item))
+            restore_redacted(jobs[-1].target, None)  # nothing stored to keep: 400
         except ValidationError as e:
             field = f"jobs[{i}]" if e.field == "body" else f"jobs[{i}].{e.field}"
             raise ValidationError(field, e.message) from None
@@ -140,15 +152,14 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     # Entries of at most CREATE_JOBS_CHUNK jobs, one after another: each apply stays short
     # (it runs on the Raft thread, which must keep sending heartbeats). A retry with the same
     # Idempotency-Key gets each chunk's stored result rather than creating anything twice.
-    rid = request_id(request)
+    # An Idempotency-Key reused for a different batch is refused (422) at its first chunk:
+    # every chunk carries the hash of the whole request.
+    rid, rhash = request_id(request), request_hash(request, body)
     applied: list[dict[str, Any]] = []
     for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
         specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
-        # The chunk's content is part of its request id: an Idempotency-Key reused for a
-        # different batch is a different request, never another batch's stored answer.
-        digest = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
         async with ctx.bulk_entries:
-            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}#{digest}", now_ms(), specs))
+            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", now_ms(), specs, rhash))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):
@@ -214,7 +225,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    return JSONResponse({"jobs": [job_to_api(r) for r in rows],
+    reveal = reveals_secrets(request)
+    return JSONResponse({"jobs": [job_to_api(r, reveal_secrets=reveal) for r in rows],
                          "next_cursor": rows[-1][0] if more else None})
 
 
@@ -242,15 +254,21 @@ async def put_job(request: Request) -> JSONResponse:
     job = parse_job(body, job_id=job_id)
     require_tenant_write(request, job.tenant)
     await guard_job_write(request, ctx, job_id)
-    if isinstance(body, dict) and "paused" not in body:
+    keep_paused = isinstance(body, dict) and "paused" not in body
+    if keep_paused or holds_redacted(job.target):
         await ctx.barrier()
         current = await load_job_row(ctx, job_id)
         spec = job.to_spec()
-        spec["paused"] = bool(current[4])
+        if keep_paused:
+            spec["paused"] = bool(current[4])
+        # "***" sent back for a secret keeps the stored value (same URL only), see
+        # core.secrets.
+        spec["target"] = restore_redacted(job.target, json.loads(current[3])["target"])
         job = type(job).from_spec(spec)
     result = await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(),
-                                        create=False, expected_version=if_match(request)))
-    detail = await job_detail(ctx, job_id)
+                                        create=False, expected_version=if_match(request),
+                                        request_hash=request_hash(request, body)))
+    detail = await job_detail(ctx, job_id, request)
     return JSONResponse(detail, headers={"ETag": f'"{result["version"]}"'})
 
 
@@ -258,7 +276,8 @@ async def delete_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request)))
+    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request),
+                                  request_hash(request)))
     return JSONResponse({"deleted": job_id})
 
 
@@ -266,16 +285,16 @@ async def pause_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id))
-    return JSONResponse(await job_detail(ctx, job_id))
+    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    return JSONResponse(await job_detail(ctx, job_id, request))
 
 
 async def resume_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id))
-    return JSONResponse(await job_detail(ctx, job_id))
+    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    return JSONResponse(await job_detail(ctx, job_id, request))
 
 
 async def occurrence_by_id(ctx: ApiContext, occ_id: str) -> dict[str, Any]:
@@ -304,11 +323,12 @@ async def trigger_job(request: Request) -> JSONResponse:
     override = body.get("override_overlap", False)
     if not isinstance(override, bool):
         raise ValidationError("override_overlap", "must be true or false")
-    key = request.headers.get("idempotency-key") or request_id(request)
-    if len(key) > 200:
-        raise ValidationError("Idempotency-Key", "must be at most 200 characters")
+    # The key names the manual run (the same key never makes a second run, whoever sends
+    # it); the request id binds it to the caller, and the hash to this request's body.
+    key = idempotency_key(request) or request_id(request)
     result = await ctx.propose(c.TriggerManual(
-        f"trigger {job_id} {key}", now_ms(), job_id, key, override_overlap=override,
+        f"trigger {job_id} {principal_of(request).identity} {key}", now_ms(), job_id, key,
+        override_overlap=override, request_hash=request_hash(request, body),
     ))
     occ = await occurrence_by_id(ctx, result["occurrence_id"])
     occ["duplicate"] = bool(result.get("duplicate") or result.get("replayed_request"))
@@ -335,14 +355,20 @@ async def backfill_job(request: Request) -> JSONResponse:
         instants.append(t * 1000)
         if len(instants) > MAX_BACKFILL:
             raise ValidationError("end", f"the range holds more than {MAX_BACKFILL} instants")
-    key = request.headers.get("idempotency-key") or hashlib.sha256(
+    key = idempotency_key(request) or hashlib.sha256(
         f"{start}:{end}".encode()).hexdigest()[:16]
+    # The key names the backfill (its occurrences are (job, instant, key)): one key may
+    # cover several ranges, as `raftcron job backfill` sends one slice after another. So a
+    # chunk's request id is bound to the caller and to the chunk's own instants, which is
+    # all its content; a request hash would add nothing.
+    who = principal_of(request).identity
     ids: list[str] = []
     created = 0
     for i in range(0, len(instants), BACKFILL_CHUNK):
         chunk = instants[i : i + BACKFILL_CHUNK]
         result = await ctx.propose(c.Backfill(
-            f"backfill {job_id} {key} {chunk[0]}-{chunk[-1]}", now_ms(), job_id, key, chunk,
+            f"backfill {job_id} {who} {key} {chunk[0]}-{chunk[-1]}", now_ms(), job_id, key,
+            chunk,
         ))
         ids += result["occurrence_ids"]
         if not result.get("replayed_request"):

@@ -34,7 +34,10 @@ JOB_INPUT: dict[str, Any] = {
         "retry_backoff_s": {"type": "integer", "minimum": 0},
         "heartbeat_timeout_s": {"type": "integer", "minimum": 2, "maximum": 3600},
         "deadline_s": {"type": ["integer", "null"], "minimum": 1},
-        "target": {"type": "object", "description": '{"shell": "cmd"} or {"http": {"url"}}'},
+        "target": {"type": "object", "description": (
+            '{"shell": "cmd"} or {"http": {"url", "method", "headers", "body"}}; a header '
+            'value or the body may be {"secret": "<name>"}, resolved on the worker. Header '
+            'values and URL credentials read as "***" for non-admins')},
         "queue": {"type": "string"},
         "paused": {"type": "boolean"},
         "notify": {"type": "array", "items": {"type": "string"}},
@@ -137,7 +140,8 @@ def _spec() -> dict[str, Any]:
                         _query("bucket_s", {"type": "integer", "minimum": 60})],
                 errors=(400,))},
             "/v1/jobs": {
-                "post": _op("Create a job", body=JOB_INPUT, ok=201, errors=(400, 409, 413, 503)),
+                "post": _op("Create a job", body=JOB_INPUT, ok=201,
+                            errors=(400, 409, 413, 422, 503)),
                 "get": _op("List jobs", params=[
                     _query("tenant"), _query("paused", {"enum": ["true", "false"]}),
                     _query("cursor"), _query("limit", {"type": "integer"}),
@@ -149,18 +153,18 @@ def _spec() -> dict[str, Any]:
                 body={"type": "object", "required": ["jobs"], "properties": {
                     "jobs": {"type": "array", "minItems": 1, "maxItems": 1000,
                              "items": JOB_INPUT}}},
-                errors=(400, 413, 503))},
+                errors=(400, 413, 422, 503))},
             "/v1/jobs/{job_id}": {
                 "get": _op("A job with its next fire times", params=JOB, errors=(400, 404)),
                 "put": _op("Replace a job (If-Match: version)", body=JOB_INPUT, params=JOB,
-                           errors=(400, 404, 412, 503)),
-                "delete": _op("Delete a job", params=JOB, errors=(400, 404, 412, 503)),
+                           errors=(400, 404, 412, 422, 503)),
+                "delete": _op("Delete a job", params=JOB, errors=(400, 404, 412, 422, 503)),
             },
-            "/v1/jobs/{job_id}/pause": {"post": _op("Pause", params=JOB, errors=(400, 404))},
-            "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB, errors=(400, 404))},
+            "/v1/jobs/{job_id}/pause": {"post": _op("Pause", params=JOB, errors=(400, 404, 422))},
+            "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB, errors=(400, 404, 422))},
             "/v1/jobs/{job_id}/trigger": {"post": _op(
                 "Run now (Idempotency-Key header dedupes)", ok=202, params=JOB,
-                errors=(400, 404, 429, 503))},
+                errors=(400, 404, 422, 429, 503))},
             "/v1/jobs/{job_id}/backfill": {"post": _op(
                 "Create occurrences for the nominal instants in a range", ok=202, params=JOB,
                 body={"type": "object", "required": ["start", "end"], "properties": {

@@ -180,11 +180,58 @@ def _completion(item: Any, field: str) -> list[Any]:
             outcome, exit_code, output]
 
 
+def _token_queues(request: Request) -> list[str] | None:
+    """The queues this worker's token may lease, sorted (None: any queue)."""
+    principal = principal_of(request)
+    if principal.admin or principal.worker_queues is None:
+        return None
+    return sorted(principal.worker_queues)
+
+
+async def _guard_attempts(request: Request, ctx: ApiContext, ids: list[str],
+                          fields: list[str]) -> list[str] | None:
+    """403 unless every named attempt is on a queue the token may lease, judged on the
+    attempt as stored (its queue never changes); returns the token's queues, which the
+    command carries so that apply checks them again on the committed state.
+
+    An attempt this node has not seen yet (it lags the leader) is looked up again after a
+    barrier; one that does not exist even then is left to apply, which finds no attempt."""
+    queues = _token_queues(request)
+    if queues is None:
+        return None
+    unique = sorted(set(ids))
+    found = await _attempt_queues(ctx, unique)
+    if len(found) < len(unique):
+        await ctx.barrier()
+        found = await _attempt_queues(ctx, unique)
+    principal = principal_of(request)
+    for attempt_id, field in zip(ids, fields, strict=True):
+        queue = found.get(attempt_id)
+        if queue is not None and queue not in queues:
+            raise HTTPError(403, "forbidden", f"token {principal.name!r} may not act on "
+                            f"attempts of queue {queue!r} (it may lease {', '.join(queues)})",
+                            field)
+    return queues
+
+
+async def _attempt_queues(ctx: ApiContext, ids: list[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i:i + 500]
+        rows = await ctx.fetchall(
+            f"SELECT id, queue FROM attempts WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        found.update({row[0]: row[1] for row in rows})
+    return found
+
+
 async def heartbeats(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     body = _object(await json_body(request))
-    result = await ctx.propose_raw(c.Heartbeat(now_ms(), _worker_id(body),
-                                               _pairs(body.get("attempts"), "attempts")))
+    worker_id = _worker_id(body)
+    pairs = _pairs(body.get("attempts"), "attempts")
+    queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
+                                   [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
+    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, pairs, queues))
     return JSONResponse({"results": result["results"]})
 
 
@@ -194,16 +241,22 @@ async def completions(request: Request) -> JSONResponse:
     items = body.get("completions")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
         raise ValidationError("completions", f"must be a list of 1-{MAX_BATCH} entries")
+    worker_id = _worker_id(body)
     parsed = [_completion(it, f"completions.{i}") for i, it in enumerate(items)]
-    result = await ctx.propose_raw(c.Complete(now_ms(), _worker_id(body), parsed))
+    queues = await _guard_attempts(request, ctx, [p[0] for p in parsed],
+                                   [f"completions.{i}.attempt_id" for i in range(len(parsed))])
+    result = await ctx.propose_raw(c.Complete(now_ms(), worker_id, parsed, queues))
     return JSONResponse({"results": result["results"]})
 
 
 async def releases(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     body = _object(await json_body(request))
-    result = await ctx.propose_raw(c.Release(now_ms(), _worker_id(body),
-                                             _pairs(body.get("attempts"), "attempts")))
+    worker_id = _worker_id(body)
+    pairs = _pairs(body.get("attempts"), "attempts")
+    queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
+                                   [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
+    result = await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs, queues))
     return JSONResponse({"results": result["results"]})
 
 
@@ -217,11 +270,11 @@ def _single(result: dict[str, Any]) -> dict[str, Any]:
 async def heartbeat_one(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     body = _object(await json_body(request))
-    attempt_id = request.path_params["attempt_id"]
-    result = await ctx.propose_raw(c.Heartbeat(
-        now_ms(), _worker_id(body),
-        [[attempt_id, _token(body.get("fencing_token"), "fencing_token")]],
-    ))
+    attempt_id = _attempt_id(request.path_params["attempt_id"], "attempt_id")
+    worker_id = _worker_id(body)
+    pair = [attempt_id, _token(body.get("fencing_token"), "fencing_token")]
+    queues = await _guard_attempts(request, ctx, [attempt_id], ["attempt_id"])
+    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, [pair], queues))
     return JSONResponse({"cancel": bool(_single(result).get("cancel"))})
 
 
@@ -229,7 +282,9 @@ async def complete_one(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     body = _object(await json_body(request))
     body["attempt_id"] = request.path_params["attempt_id"]
-    result = await ctx.propose_raw(c.Complete(now_ms(), _worker_id(body),
-                                              [_completion(body, "body")]))
+    worker_id = _worker_id(body)
+    completion = _completion(body, "body")
+    queues = await _guard_attempts(request, ctx, [completion[0]], ["attempt_id"])
+    result = await ctx.propose_raw(c.Complete(now_ms(), worker_id, [completion], queues))
     item = _single(result)
     return JSONResponse({"status": item["status"], "duplicate": item["duplicate"]})

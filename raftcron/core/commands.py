@@ -38,6 +38,10 @@ class PutJob(Command):
     job: dict[str, Any]
     create: bool
     expected_version: int | None = None
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,10 @@ class CreateJobs(Command):
     request_id: str
     now_ms: int
     jobs: list[dict[str, Any]]
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,10 @@ class DeleteJob(Command):
     now_ms: int
     job_id: str
     expected_version: int | None = None
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +78,10 @@ class PauseJob(Command):
     request_id: str
     now_ms: int
     job_id: str
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +90,10 @@ class ResumeJob(Command):
     request_id: str
     now_ms: int
     job_id: str
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +104,10 @@ class TriggerManual(Command):
     job_id: str
     idempotency_key: str
     override_overlap: bool = False
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +118,10 @@ class Backfill(Command):
     job_id: str
     request_key: str
     instants_ms: list[int] = field(default_factory=list)
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    # None: no key, or an entry written before this field.
+    request_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +244,9 @@ class Heartbeat(Command):
     now_ms: int
     worker_id: str
     attempts: list[list[Any]] = field(default_factory=list)  # [[attempt_id, token], ...]
+    # The queues the worker's token may lease (None: any, and entries written before
+    # this field): apply refuses an attempt on any other queue.
+    queues: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +256,9 @@ class Complete(Command):
     worker_id: str
     # [[attempt_id, token, outcome, exit_code, output], ...]
     completions: list[list[Any]] = field(default_factory=list)
+    # The queues the worker's token may lease (None: any, and entries written before
+    # this field): apply refuses an attempt on any other queue.
+    queues: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +269,9 @@ class Release(Command):
     now_ms: int
     worker_id: str
     attempts: list[list[Any]] = field(default_factory=list)  # [[attempt_id, token], ...]
+    # The queues the worker's token may lease (None: any, and entries written before
+    # this field): apply refuses an attempt on any other queue.
+    queues: list[str] | None = None
 
 
 COMMAND_TYPES: dict[str, type[Command]] = {

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from raftcron.core.errors import ValidationError
 from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
+from raftcron.core.secrets import is_secret_ref
 from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -165,14 +166,18 @@ def parse_target(value: Any) -> dict[str, Any]:
             raise ValidationError("target.http.method", f"must be one of {', '.join(HTTP_METHODS)}")
         headers = http.get("headers", {}) or {}
         if not isinstance(headers, dict) or len(headers) > 50 or not all(
-            isinstance(k, str) and isinstance(v, str) and len(k) <= 256 and len(v) <= 4096
-            and "\n" not in k + v and "\r" not in k + v
+            isinstance(k, str) and len(k) <= 256 and "\n" not in k and "\r" not in k
+            and (is_secret_ref(v) or (isinstance(v, str) and len(v) <= 4096
+                                      and "\n" not in v and "\r" not in v))
             for k, v in headers.items()
         ):
-            raise ValidationError("target.http.headers", "must map header names to strings")
+            raise ValidationError("target.http.headers", "must map header names to strings "
+                                  'or secret references {"secret": "<name>"}')
         body = http.get("body")
-        if body is not None and (not isinstance(body, str) or len(body) > MAX_BODY_LEN):
-            raise ValidationError("target.http.body", f"must be a string of at most {MAX_BODY_LEN}")
+        if body is not None and not is_secret_ref(body) and (
+                not isinstance(body, str) or len(body) > MAX_BODY_LEN):
+            raise ValidationError("target.http.body", f"must be a string of at most "
+                                  f'{MAX_BODY_LEN} or a secret reference {{"secret": "<name>"}}')
         return {"http": {"url": url, "method": method.upper(), "headers": headers, "body": body}}
     raise ValidationError("target", 'must be {"shell": "..."} or {"http": {"url": ...}}')
 

@@ -14,10 +14,10 @@ from raftcron.state.tenants import RunLimiter
 
 ATT_COLS = (
     "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
-    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code"
+    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue"
 )
 (A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
- A_RUNTIME, A_CANCEL, A_EXIT) = range(13)
+ A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE) = range(14)
 
 TERMINAL = ("succeeded", "failed", "lost", "timed_out", "cancelled")
 
@@ -98,6 +98,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "attempt_id": attempt_id,
             "occurrence_id": occ_id,
             "job_id": job_id,
+            "tenant": tenant,  # the worker resolves the target's secret references in it
             "scheduled_for": ms_to_iso(scheduled_for),
             "kind": kind,
             "attempt": number,
@@ -120,9 +121,16 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants))
 
 
-def _check_holder(att: tuple | None, token: Any, worker_id: str) -> dict[str, Any] | None:
+def _check_holder(att: tuple | None, token: Any, worker_id: str,
+                  queues: list[str] | None = None) -> dict[str, Any] | None:
+    """Why this worker may not act on this attempt (None: it may). `queues` are the queues
+    the worker's token may lease (None: any); the attempt's stored queue must be one of
+    them, whatever the token and worker id say (a token and an id can be guessed)."""
     if att is None:
         return rejected(errors.NOT_FOUND, "no such attempt")
+    if queues is not None and att[A_QUEUE] not in queues:
+        return rejected(errors.FORBIDDEN, f"the attempt is on queue {att[A_QUEUE]!r}, "
+                        "which this worker's token may not lease", "attempt_id")
     if att[A_TOKEN] is None or att[A_TOKEN] != token:
         return rejected(errors.STALE_TOKEN, "the fencing token is not the attempt's current one")
     if att[A_WORKER] != worker_id:
@@ -135,7 +143,7 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
     results = []
     for attempt_id, token in cmd.attempts:
         att = _load(conn, attempt_id)
-        bad = _check_holder(att, token, cmd.worker_id)
+        bad = _check_holder(att, token, cmd.worker_id, cmd.queues)
         if bad is not None:
             results.append({"attempt_id": attempt_id, **bad})
             continue
@@ -223,7 +231,7 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
                 errors.INVALID_STATE, "outcome must be succeeded or failed", "outcome")})
             continue
         att = found.get(attempt_id)
-        bad = _check_holder(att, token, cmd.worker_id)
+        bad = _check_holder(att, token, cmd.worker_id, cmd.queues)
         if bad is not None:
             results.append({"attempt_id": attempt_id, **bad})
             continue
@@ -313,7 +321,7 @@ def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
     results = []
     for attempt_id, token in cmd.attempts:
         att = _load(conn, attempt_id)
-        bad = _check_holder(att, token, cmd.worker_id)
+        bad = _check_holder(att, token, cmd.worker_id, cmd.queues)
         if bad is None and att is not None and att[A_STATUS] != "running":
             bad = rejected(errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")
         if bad is not None:

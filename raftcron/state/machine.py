@@ -77,6 +77,9 @@ assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a ha
 # cluster clock a new leader must not be behind (ARCHITECTURE invariant 6).
 CLOCKED = (c.Claim, c.Lease, c.Sweep)
 
+# The key under which a request's hash is kept in its stored result.
+REQUEST_HASH_KEY = "_request_hash"
+
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
            c.Backfill, c.Prune, c.PutTenant)
 
@@ -139,17 +142,28 @@ class StateMachine:
                 if now > ctx.meta(META_CLOCK):
                     ctx.set_meta(META_CLOCK, now)
         if isinstance(cmd, DEDUPED):
+            given = getattr(cmd, "request_hash", None)
             row = ctx.conn.execute(
                 "SELECT result FROM requests WHERE request_id = ?", (cmd.request_id,)
             ).fetchone()
             if row is not None:
-                return {**json.loads(row[0]), "replayed_request": True}
+                stored = json.loads(row[0])
+                stored_hash = stored.pop(REQUEST_HASH_KEY, None)
+                if given is not None and stored_hash is not None and given != stored_hash:
+                    return rejected(
+                        errors.IDEMPOTENCY_KEY_REUSED,
+                        "this Idempotency-Key was already used for a different request",
+                        "Idempotency-Key")
+                return {**stored, "replayed_request": True}
             result = self.handlers[type(cmd)](ctx, cmd)
             if result.get("rejected") == errors.RATE_LIMITED:
                 return result  # a rate limit passes: a later retry must be applied afresh
+            # The request's hash is kept inside the stored result (records written before
+            # it have none, and replay as they always did).
+            record = result if given is None else {**result, REQUEST_HASH_KEY: given}
             ctx.conn.execute(
                 "INSERT INTO requests (request_id, result, applied_ms) VALUES (?, ?, ?)",
-                (cmd.request_id, json.dumps(result, sort_keys=True), cmd.now_ms),
+                (cmd.request_id, json.dumps(record, sort_keys=True), cmd.now_ms),
             )
             return result
         return self.handlers[type(cmd)](ctx, cmd)

@@ -7,6 +7,7 @@ from typing import Any
 
 from raftcron.core import identity
 from raftcron.core.model import Job
+from raftcron.core.secrets import redact_target
 from raftcron.core.timefmt import ms_to_iso
 
 JOB_SELECT = (
@@ -85,9 +86,13 @@ ATT_SELECT = (
 )
 
 
-def job_to_api(row: tuple) -> dict[str, Any]:
+def job_to_api(row: tuple, *, reveal_secrets: bool = False) -> dict[str, Any]:
+    """A job row as the API shows it. Its target's secrets (header values, URL
+    credentials) are `***` unless `reveal_secrets` (admin readers only)."""
     job = Job.from_spec(json.loads(row[3]))
     out = job.to_api()
+    if not reveal_secrets:
+        out["target"] = redact_target(out["target"])
     out.update(version=row[2], paused=bool(row[4]), watermark=ms_to_iso(row[6]),
                created_at=ms_to_iso(row[7]), updated_at=ms_to_iso(row[8]))
     return out

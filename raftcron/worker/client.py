@@ -55,6 +55,9 @@ class Lease:
     target: Mapping[str, Any]
     max_runtime_s: int | None
     heartbeat_interval_s: int
+    tenant: str = ""
+    """The job's tenant ("" from a node too old to say): its secret references resolve
+    among that tenant's secrets only."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
@@ -70,6 +73,7 @@ class Lease:
             target=d.get("target") or {},
             max_runtime_s=None if runtime is None else int(runtime),
             heartbeat_interval_s=max(1, int(d.get("heartbeat_interval_s") or 10)),
+            tenant=str(d.get("tenant") or ""),
         )
 
     def ref(self) -> dict[str, Any]:

@@ -20,12 +20,13 @@ import logging
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
 
 from raftcron.worker.client import Lease
+from raftcron.worker.secrets import SecretsError, SecretsFile, resolve_target, scrub
 
 log = logging.getLogger("raftcron.worker")
 
@@ -337,8 +338,10 @@ async def execute(
     cancel: Cancel | None = None,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     http_transport: httpx.AsyncBaseTransport | None = None,
+    secrets: SecretsFile | None = None,
 ) -> RunResult:
-    """Run a lease's target. An unknown or malformed target fails without running."""
+    """Run a lease's target. An unknown or malformed target fails without running, and so
+    does one naming a secret this worker does not hold (see raftcron.worker.secrets)."""
     target = lease.target
     if "shell" in target and isinstance(target["shell"], str):
         return await run_shell(
@@ -349,8 +352,12 @@ async def execute(
             kill_grace_s=kill_grace_s,
         )
     if "http" in target and isinstance(target["http"], Mapping) and target["http"].get("url"):
-        return await run_http(
-            target["http"],
+        try:
+            resolved, hidden = resolve_target(target, lease.tenant, secrets)
+        except SecretsError as e:
+            return RunResult("failed", None, f"[raftcron] not sent: {e}\n")
+        result = await run_http(
+            resolved["http"],
             extra_headers={
                 "Idempotency-Key": lease.idempotency_key,
                 "X-Raftcron-Fencing-Token": str(lease.fencing_token),
@@ -359,5 +366,7 @@ async def execute(
             cancel=cancel,
             transport=http_transport,
         )
+        # The output is readable by non-admins: an echoed or quoted secret is not shown.
+        return replace(result, output=scrub(result.output, hidden))
     kinds = ", ".join(sorted(str(k) for k in target)) or "none"
     return RunResult("failed", None, f"[raftcron] unsupported or malformed target ({kinds})\n")

@@ -37,6 +37,7 @@ import httpx
 
 from raftcron.worker.client import ApiError, Lease, ServerUnavailable, WorkerClient
 from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, execute
+from raftcron.worker.secrets import SecretsError, SecretsFile
 
 log = logging.getLogger("raftcron.worker")
 
@@ -90,6 +91,8 @@ class WorkerOptions:
     are refused (401/403) before it stops (counted from the first refusal): a tokens
     file being rolled out reaches the nodes one by one, and a worker started with a new
     token may ask a node that lacks it."""
+    secrets_file: str | None = None
+    """JSON file of the secrets that job targets may name (raftcron.worker.secrets)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -220,6 +223,8 @@ class Worker:
         self.reporter = Reporter(self.client, worker_id, self.options)
         self._http_transport = http_transport
         self._execute = executor or execute
+        self._secrets = (SecretsFile(self.options.secrets_file)
+                         if self.options.secrets_file else None)
         self._runs: dict[str, _Run] = {}
         self._leased_once = False  # a lease request was answered (the config works)
         self._changed = asyncio.Event()
@@ -329,7 +334,7 @@ class Worker:
             try:
                 result: RunResult = await self._execute(
                     lease, cancel=run.cancel, kill_grace_s=self.options.kill_grace_s,
-                    http_transport=self._http_transport,
+                    http_transport=self._http_transport, secrets=self._secrets,
                 )
             except asyncio.CancelledError:
                 raise
@@ -502,7 +507,7 @@ def main(
 
     try:
         asyncio.run(amain())
-    except WorkerConfigError as e:
+    except (WorkerConfigError, SecretsError) as e:
         print(f"raftcron: {e}", file=sys.stderr)
         return 2
     except asyncio.CancelledError:

@@ -265,7 +265,7 @@ def test_batch_create_creates_each_job_and_reports_each_refusal(api: Api) -> Non
                message="an occurrence of the batch-created job")
 
 
-def test_batch_create_retry_replays_and_a_reused_key_is_a_new_request(api: Api) -> None:
+def test_batch_create_retry_replays_and_a_reused_key_is_refused(api: Api) -> None:
     nid = api.leader()
     key = {"Idempotency-Key": "bk-key"}
     first = api.post(nid, "/v1/jobs:batchCreate", {"jobs": [job_body("bk-1")]}, headers=key)
@@ -275,8 +275,9 @@ def test_batch_create_retry_replays_and_a_reused_key_is_a_new_request(api: Api) 
         {"id": "bk-1", "created": True, "version": 1}]}
     other = api.post(nid, "/v1/jobs:batchCreate",
                      {"jobs": [job_body("bk-2"), job_body("bk-3")]}, headers=key)
-    assert other.status_code == 200, other.text
-    assert other.json()["created"] == 2
+    assert other.status_code == 422, other.text
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+    assert api.get(nid, "/v1/jobs/bk-2?consistent=true").status_code == 404
     assert api.get(nid, "/v1/jobs/bk-1").json()["version"] == 1
 
 

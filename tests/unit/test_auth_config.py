@@ -74,7 +74,14 @@ def test_scope_rules_before_routing(tmp_path: Path) -> None:
     token = create_token(str(tokens), ["read"], "r")
     auth = Authenticator(str(tokens), False, "s" * 32)
     assert auth.authenticate(f"Bearer {token}").name == "r"
-    assert auth.authenticate(f"Bearer {node_token('s' * 32)}").scopes == ("read",)
+    node = auth.authenticate(f"Bearer {node_token('s' * 32)}")
+    assert node.scopes == ("node",)
+    # The node token reads the cluster view and nothing else (it travels between nodes).
+    assert coarse_denial(node, "GET", "/v1/cluster") is None
+    for method, path in [("GET", "/v1/jobs"), ("GET", "/v1/jobs/j"), ("GET", "/v1/occurrences"),
+                         ("GET", "/v1/status/jobs"), ("GET", "/v1/backup"), ("GET", "/metrics"),
+                         ("POST", "/v1/jobs"), ("POST", "/v1/leases")]:
+        assert coarse_denial(node, method, path) is not None, (method, path)
     assert auth.authenticate(f"Bearer {node_token('t' * 32)}") is None
     assert auth.authenticate(None) is None and auth.authenticate(token) is None
     assert Authenticator(None, True, None).authenticate(None).admin

@@ -204,6 +204,8 @@ async def test_rejected_heartbeat_stops_run_without_completion() -> None:
     cluster.leases_to_give = [lease(1, "echo started; sleep 30")]
 
     async def reject(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if len(cluster.bodies("/v1/heartbeats")) == 1:  # the acknowledgement is accepted
+            return await cluster.default(request, body)
         return httpx.Response(200, json={"results": [
             {"attempt_id": a["attempt_id"], "ok": False, "rejected": "stale_token",
              "message": "newer token"} for a in body["attempts"]
@@ -230,6 +232,8 @@ async def test_heartbeat_cancel_kills_run_and_reports_failed() -> None:
     cluster.leases_to_give = [lease(1, "sleep 30")]
 
     async def cancel(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if len(cluster.bodies("/v1/heartbeats")) == 1:  # the acknowledgement is accepted
+            return await cluster.default(request, body)
         return httpx.Response(200, json={"results": [
             {"attempt_id": a["attempt_id"], "ok": True, "cancel": True}
             for a in body["attempts"]

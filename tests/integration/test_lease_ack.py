@@ -230,3 +230,15 @@ def test_a_database_from_before_gets_the_columns_and_its_leases_count_as_deliver
     finally:
         upgraded.close()
         fresh.close()
+
+
+def test_only_the_holder_can_acknowledge(led):
+    led.create("j")
+    led.fire("j", T)
+    a = att("j", T)
+    tok = ack_lease(led, a, T, worker="w1")["fencing_token"]
+    assert led.hb(a, tok, T + 100, worker="intruder")["rejected"] == "foreign_lease"
+    assert led.hb(a, tok + 1, T + 100, worker="w1")["rejected"] == "stale_token"
+    row = led.attempt(a)
+    assert (row["acked_ms"], row["ack_deadline_ms"]) == (None, T + 3_000)
+    assert led.sweep([a], T + 3_001)["unacknowledged"] == [a]

@@ -52,16 +52,42 @@ class Received:
 
 async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[], bool],
                       seen: Received, headers: dict[str, str], batch: int = 1000,
-                      wait_s: float = 2) -> None:
+                      wait_s: float = 2, acknowledge: bool = False) -> None:
     """A worker whose runs do nothing: long-poll leases, complete them at once (batched).
 
     Completions are sent in the background while the poller asks for the next leases, as a
-    worker with free slots would. Fails over between `urls` on errors and non-200 answers."""
+    worker with free slots would. Fails over between `urls` on errors and non-200 answers.
+    With `acknowledge`, it leases as `raftcron worker` does: each batch is acknowledged
+    (a heartbeat) first, and only the leases whose acknowledgement was accepted are
+    recorded (at that moment: when a real worker would start them) and completed."""
     async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
         i = 0
         pending: set[asyncio.Task[None]] = set()
 
+        async def ack(leases: list[dict[str, Any]], j: int) -> list[dict[str, Any]]:
+            body = {"worker_id": name, "attempts": [
+                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"]}
+                for lease in leases]}
+            while not stop():
+                try:
+                    r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
+                    if r.status_code == 200:
+                        accepted = {x["attempt_id"] for x in r.json()["results"] if x.get("ok")}
+                        return [lease for lease in leases if lease["attempt_id"] in accepted]
+                except httpx.HTTPError:
+                    pass
+                j += 1
+                await asyncio.sleep(0.05)
+            return []
+
         async def complete(leases: list[dict[str, Any]], j: int) -> None:
+            if acknowledge:
+                leases = await ack(leases, j)
+                got = time.time()
+                seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
+                                    lease["occurrence_id"]) for lease in leases)
+                if not leases:
+                    return
             body = {"worker_id": name, "completions": [
                 {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
                  "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
@@ -80,7 +106,8 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             url = urls[i % len(urls)]
             try:
                 resp = await client.post(f"{url}/v1/leases", json={
-                    "worker_id": name, "queues": [queue], "max": batch, "wait_s": wait_s})
+                    "worker_id": name, "queues": [queue], "max": batch, "wait_s": wait_s,
+                    **({"acknowledge": True} if acknowledge else {})})
             except httpx.HTTPError:
                 i += 1
                 await asyncio.sleep(0.05)
@@ -93,8 +120,9 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             leases = resp.json()["leases"]
             if not leases:
                 continue
-            seen.leases.extend((got, iso_to_s(lease["scheduled_for"]), lease["occurrence_id"])
-                               for lease in leases)
+            if not acknowledge:
+                seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
+                                    lease["occurrence_id"]) for lease in leases)
             task = asyncio.create_task(complete(leases, i))
             pending.add(task)
             task.add_done_callback(pending.discard)

@@ -1,6 +1,6 @@
 """Leader failover benchmark: SIGKILL the leader repeatedly and time the recovery.
 
-Run: python bench/failover.py [--kills 20] [--jobs 50]
+Run: python bench/failover.py [--kills 20] [--jobs 50] [--no-acknowledge]
 
 Each round kills the node that reports itself leader with its duties running and measures
   elected      time from the kill until another node reports role leader + leader_duties
@@ -13,6 +13,14 @@ A no-op worker (two pollers on a background thread, failing over between the nod
 leases and completes every run throughout, so the report also gives the runs due during
 each failover (instants from the kill to the new leader's first claim) and their lag
 (nominal instant → worker holds the lease).
+
+It also reports the lag of every run due around each kill (from 1 s before to 5 s after
+it) that the worker ran: p50, p99, max, and how many took longer than 10 s (the goal: p99
+≤ 3 s, none). The worker acknowledges its leases as `raftcron worker` does, and a run
+counts as held when its acknowledgement was accepted; a lease the dead leader committed
+but never delivered is released after the job's ack_timeout_s (3 s) and leased again.
+`--no-acknowledge` leases without the promise (as before explicit delivery): such runs
+wait out their 30 s heartbeat timeout.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ from bench.common import Received, noop_poller  # noqa: E402
 from raftcron.testing import LocalCluster, wait_until  # noqa: E402
 
 TARGET_P99_S = 1.0
+AROUND_KILL_S = (1.0, 5.0)  # runs due from 1 s before to 5 s after each kill
+LAG_TARGET_P99_S = 3.0
+LAG_LIMIT_S = 10.0
 
 
 def iso_to_s(text: str) -> float:
@@ -82,7 +93,7 @@ def first_claim_s(c: LocalCluster, leader: str, epoch: int, killed_at: float,
 class Worker:
     """No-op pollers on their own thread and event loop, leasing from any node."""
 
-    def __init__(self, c: LocalCluster, pollers: int = 2) -> None:
+    def __init__(self, c: LocalCluster, pollers: int = 2, acknowledge: bool = True) -> None:
         self.seen = Received()
         self.stopped = False
         urls = list(c.urls.values())
@@ -91,7 +102,8 @@ class Worker:
         async def main() -> None:
             await asyncio.gather(*(noop_poller(urls[i:] + urls[:i], f"fo-w{i}", "default",
                                                lambda: self.stopped, self.seen, headers,
-                                               wait_s=1) for i in range(pollers)))
+                                               wait_s=1, acknowledge=acknowledge)
+                                   for i in range(pollers)))
 
         self.thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
         self.thread.start()
@@ -127,7 +139,16 @@ class Ledger:
         return sum(len(per_job) for per_job in self.ids.values())
 
 
-def run(kills: int, jobs: int, root: Path) -> int:
+def lag_around_kills(seen: Received, kills_at: list[float]) -> list[float]:
+    """Per occurrence due around a kill: instant → the worker held it (its first lease)."""
+    held: dict[str, float] = {}
+    for got, sched, occ_id in seen.leases:
+        if any(k - AROUND_KILL_S[0] <= sched < k + AROUND_KILL_S[1] for k in kills_at):
+            held[occ_id] = min(held.get(occ_id, got - sched), got - sched)
+    return list(held.values())
+
+
+def run(kills: int, jobs: int, root: Path, acknowledge: bool = True) -> int:
     c = LocalCluster(root)
     c.start()
     try:
@@ -139,10 +160,11 @@ def run(kills: int, jobs: int, root: Path) -> int:
             if resp.status_code != 201:
                 raise SystemExit(f"job create failed: {resp.status_code} {resp.text}")
         fetched_at = time.time()
-        worker = Worker(c)
+        worker = Worker(c, acknowledge=acknowledge)
         time.sleep(3)
         ledger = Ledger()
         windows: list[tuple[float, float]] = []
+        kills_at: list[float] = []
         elected: list[float] = []
         claimed: list[float] = []
         per_round: list[tuple[int, str, str, float, float, int, int]] = []
@@ -150,6 +172,7 @@ def run(kills: int, jobs: int, root: Path) -> int:
             old = c.wait_leader(timeout=60)
             survivors = [n for n in c.procs if n != old]
             killed_at = time.time()
+            kills_at.append(killed_at)
             c.kill(old)
             new, seen_at = wait_new_leader(c, survivors, timeout=60)
             epoch = c.cluster_view(new)["epoch"]
@@ -174,12 +197,26 @@ def run(kills: int, jobs: int, root: Path) -> int:
         for nid in list(c.procs):
             for j in range(jobs):
                 ledger.record(c.occurrences(nid, f"bench-{j:03d}", kind="scheduled"))
-        time.sleep(3)
+        # Runs due just before the last kill and stranded by it are released after their
+        # ack timeout (or, without acknowledgements, their 30 s heartbeat timeout).
+        time.sleep(6 if acknowledge else 35)
         worker.stop()
         due = [got - sched for got, sched, _ in worker.seen.leases
                if any(lo <= sched < hi for lo, hi in windows)]
         expected = jobs * sum(math.ceil(hi) - math.ceil(lo) for lo, hi in windows)
         report(kills, jobs, elected, claimed, ledger, due, expected)
+        around = lag_around_kills(worker.seen, kills_at)
+        # Windows of kills less than 6 s apart overlap: count each instant once.
+        around_expected = jobs * len({t for k in kills_at for t in range(
+            math.ceil(k - AROUND_KILL_S[0]), math.ceil(k + AROUND_KILL_S[1]))})
+        late = sum(1 for lag in around if lag > LAG_LIMIT_S)
+        print(f"runs due around each kill (-{AROUND_KILL_S[0]:g} s .. +{AROUND_KILL_S[1]:g} s), "
+              f"acknowledged leases {'on' if acknowledge else 'off'}: {around_expected} due, "
+              f"{len(around)} run; lag (instant → held) p50 {percentile(around, 50):.3f}s "
+              f"p99 {percentile(around, 99):.3f}s max {max(around):.3f}s; "
+              f"later than {LAG_LIMIT_S:g}s: {late} "
+              f"(goal p99 <= {LAG_TARGET_P99_S:g}s, none later than {LAG_LIMIT_S:g}s)"
+              if around else "runs due around each kill: none seen")
         ok = percentile(elected, 99) <= TARGET_P99_S and percentile(claimed, 99) <= TARGET_P99_S
         return 0 if ok and not ledger.duplicates() and not ledger.holes() else 1
     finally:
@@ -214,12 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--jobs", type=int, default=50)
     p.add_argument("--keep", action="store_true", help="keep the data directory")
+    p.add_argument("--no-acknowledge", action="store_true",
+                   help="lease without acknowledging (the behaviour before explicit delivery)")
     args = p.parse_args(argv)
     if args.kills < 1 or args.jobs < 1:
         p.error("--kills and --jobs must be at least 1")
     root = Path(tempfile.mkdtemp(prefix="raftcron-bench-"))
     try:
-        return run(args.kills, args.jobs, root)
+        return run(args.kills, args.jobs, root, acknowledge=not args.no_acknowledge)
     finally:
         if args.keep:
             print(f"data kept in {root}", file=sys.stderr)

@@ -1,8 +1,9 @@
 """Ack-loss proxy between one worker and the API: forwards each request, and with some
 probability drops the response after the upstream answered (the command is committed,
-the worker never learns it: "timeout after commit"). A dropped lease answer makes the
-run sit leased until its heartbeat deadline passes and it is redelivered; a dropped
-completion answer makes the worker resend the identical completion.
+the worker never learns it: "timeout after commit"). A dropped lease answer leaves a
+lease nobody acknowledges: it is released after the job's ack_timeout_s and leased again
+(a worker leasing without acknowledgements waits out its heartbeat deadline instead); a
+dropped completion answer makes the worker resend the identical completion.
 
 One listening port per node (`--map LISTEN_PORT=UPSTREAM_URL`). The drop probability is
 read from `--control` (a file holding a float) on every request, so the harness can raise

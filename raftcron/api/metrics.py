@@ -16,14 +16,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
 from raftcron.core.timefmt import parse_iso_ms
-from raftcron.state.db import META_CLOCK, META_EPOCH, get_meta
+from raftcron.state.db import META_CLOCK, META_EPOCH, META_UNACKED_LEASES, get_meta
 
 if TYPE_CHECKING:
     from raftcron.node import Node
@@ -109,6 +109,7 @@ class StateCollector(Collector):
                     "SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0],
                 "clock_ms": get_meta(conn, META_CLOCK),
                 "epoch": get_meta(conn, META_EPOCH),
+                "unacked": get_meta(conn, META_UNACKED_LEASES),
             }
         except sqlite3.Error:
             return {}
@@ -129,6 +130,13 @@ class StateCollector(Collector):
         yield att
         yield _gauge("raftcron_active_leases", "Attempts running under a lease",
                      counts.get("att", {}).get("running", 0))
+        if "unacked" in counts:
+            # A replicated counter (state meta): the same on every node, and it survives
+            # failovers and restarts.
+            yield CounterMetricFamily(
+                "raftcron_leases_unacknowledged", "Leases released because the worker did "
+                "not acknowledge them within the job's ack_timeout_s (leased again, not "
+                "counted as attempts)", value=counts["unacked"])
         yield _gauge("raftcron_retry_attempts", "Attempts that are retries (number > 1)",
                      counts.get("retries"))
         alerts = GaugeMetricFamily("raftcron_open_alerts", "Open alerts by kind",

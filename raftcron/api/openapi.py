@@ -33,6 +33,7 @@ JOB_INPUT: dict[str, Any] = {
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
         "retry_backoff_s": {"type": "integer", "minimum": 0},
         "heartbeat_timeout_s": {"type": "integer", "minimum": 2, "maximum": 3600},
+        "ack_timeout_s": {"type": "integer", "minimum": 1, "maximum": 600},
         "deadline_s": {"type": ["integer", "null"], "minimum": 1},
         "target": {"type": "object", "description": (
             '{"shell": "cmd"} or {"http": {"url", "method", "headers", "body"}}; a header '
@@ -204,7 +205,11 @@ def _spec() -> dict[str, Any]:
                     "worker_id": {"type": "string"},
                     "queues": {"type": "array", "items": {"type": "string"}},
                     "max": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    "wait_s": {"type": "number", "minimum": 0, "maximum": 30}}})},
+                    "wait_s": {"type": "number", "minimum": 0, "maximum": 30},
+                    "acknowledge": {"type": "boolean", "description":
+                                    "acknowledge each lease (first heartbeat) within the "
+                                    "job's ack_timeout_s, or it is released and leased "
+                                    "again"}}})},
             "/v1/heartbeats": {"post": _op("Heartbeat many attempts", body=PAIRS)},
             "/v1/releases": {"post": _op("Hand leases back unrun", body=PAIRS)},
             "/v1/completions": {"post": _op("Report many outcomes", body=JSON_OBJ)},

@@ -102,6 +102,9 @@ async def leases(request: Request) -> Response:
         0 <= wait_s <= MAX_WAIT_S
     ):
         raise ValidationError("wait_s", f"must be a number from 0 to {MAX_WAIT_S}")
+    acknowledge = body.get("acknowledge", False)
+    if not isinstance(acknowledge, bool):
+        raise ValidationError("acknowledge", "must be true or false")
     duties = ctx.node.duties
     if duties is None or duties.stopped:
         if ctx.node.raft.is_leader():
@@ -115,7 +118,7 @@ async def leases(request: Request) -> Response:
         # JSONResponse encodes its body when built: built at commit, before the instant.
         response = await duties.dispatcher.lease(
             worker_id, sorted(set(queues)), max_n, float(wait_s),
-            prepare=lambda got: JSONResponse({"leases": got}))
+            prepare=lambda got: JSONResponse({"leases": got}), acknowledge=acknowledge)
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None

@@ -181,17 +181,27 @@ class Claim(Command):
 
 @dataclass(frozen=True, slots=True)
 class Lease(Command):
+    """Lease pending attempts to a worker.
+
+    `acknowledge`: the worker promised to acknowledge each lease (its first heartbeat)
+    within the job's `ack_timeout_s`; one that is not acknowledged by then is released by
+    the sweeper and leased again. False for workers that made no such promise and for
+    every entry written before the field existed: those leases count as delivered.
+    """
+
     TYPE: ClassVar[str] = "lease"
     LEADER_ONLY: ClassVar[bool] = True
     epoch: int
     now_ms: int
     worker_id: str
     attempt_ids: list[str] = field(default_factory=list)
+    acknowledge: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Sweep(Command):
-    """Expire leases whose heartbeat deadline or max runtime passed as of `now_ms`."""
+    """Expire leases whose heartbeat deadline or max runtime passed as of `now_ms`, and
+    release (uncounted) those whose acknowledgement deadline passed unacknowledged."""
 
     TYPE: ClassVar[str] = "sweep"
     LEADER_ONLY: ClassVar[bool] = True

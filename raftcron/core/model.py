@@ -24,11 +24,14 @@ OVERLAP_POLICIES = ("allow", "forbid", "replace", "buffer_one")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_SHELL_LEN = 16_384
 MAX_BODY_LEN = 65_536
+DEFAULT_ACK_TIMEOUT_S = 3
+MAX_ACK_TIMEOUT_S = 600
 
 _TOP_LEVEL = {
     "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
-    "heartbeat_timeout_s", "deadline_s", "target", "queue", "paused", "notify",
+    "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
+    "notify",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
 
@@ -59,6 +62,9 @@ class Job:
     max_attempts: int = 3
     retry_backoff_s: int = 10
     heartbeat_timeout_s: int = 30
+    # How long a lease may go unacknowledged (no first heartbeat) before it is released
+    # and leased again, uncounted. Specs stored before the field existed get the default.
+    ack_timeout_s: int = DEFAULT_ACK_TIMEOUT_S
     deadline_s: int | None = None
     queue: str = "default"
     paused: bool = False
@@ -257,6 +263,8 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         max_attempts=_int(data, "max_attempts", 3, 1, 100) or 1,
         retry_backoff_s=_int(data, "retry_backoff_s", 10, 0, 86_400) or 0,
         heartbeat_timeout_s=_int(data, "heartbeat_timeout_s", 30, 2, 3600) or 30,
+        ack_timeout_s=_int(data, "ack_timeout_s", DEFAULT_ACK_TIMEOUT_S, 1,
+                           MAX_ACK_TIMEOUT_S) or DEFAULT_ACK_TIMEOUT_S,
         deadline_s=_int(data, "deadline_s", None, 1, 86_400 * 7),
         queue=_name(data, "queue", "default"),
         paused=paused,

@@ -212,8 +212,11 @@ class Dispatcher:
         return chosen, max([now] + [due[i] for i in chosen])
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int, wait_s: float,
-                    prepare: Callable[[list[dict[str, Any]]], T] = _as_is) -> T:
+                    prepare: Callable[[list[dict[str, Any]]], T] = _as_is,
+                    acknowledge: bool = False) -> T:
         """Long-poll for up to `wait_s` seconds; returns `prepare(leases)`.
+
+        `acknowledge`: the worker acknowledges each lease (see core.commands.Lease).
 
         `prepare` runs as soon as the Lease is committed, before the wait for the leases'
         instant: a caller that encodes the response there hands out a herd of 10,000
@@ -236,7 +239,7 @@ class Dispatcher:
                 self.reserved.update(ids)
                 try:
                     result = await self.proposer.propose_leader(
-                        c.Lease(self.epoch, stamp, worker_id, ids)
+                        c.Lease(self.epoch, stamp, worker_id, ids, acknowledge)
                     )
                 finally:
                     self.reserved.difference_update(ids)

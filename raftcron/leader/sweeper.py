@@ -1,4 +1,5 @@
-"""The sweeper: expires leases whose heartbeat stopped or whose max runtime passed."""
+"""The sweeper: expires leases whose heartbeat stopped or whose max runtime passed, and
+releases leases that were never acknowledged."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ SWEEP_PERIOD_S = 0.5
 # INDEXED BY: the running attempts only (a few hundred at most). Left to itself, SQLite
 # walks the primary key for ORDER BY id over every attempt kept: 180 ms on the event loop
 # every half second at 90,000 attempts.
+# An unacknowledged lease is a candidate as soon as its acknowledgement deadline passed,
+# whichever epoch granted it: a new leader releases what its dead predecessor leased but
+# never delivered from its first sweep on.
 CANDIDATES_SQL = (
     "SELECT id FROM attempts INDEXED BY att_running WHERE status = 'running' AND "
-    "(lease_expires_ms < ? OR runtime_deadline_ms <= ?) ORDER BY id LIMIT 1000"
+    "(lease_expires_ms < ? OR runtime_deadline_ms <= ? OR ack_deadline_ms < ?) "
+    "ORDER BY id LIMIT 1000"
 )
 
 
@@ -31,7 +36,7 @@ class Sweeper:
         self.gate: Callable[[], bool] = lambda: True
 
     def _candidates(self, conn: sqlite3.Connection, now: int) -> list[str]:
-        return [r[0] for r in conn.execute(CANDIDATES_SQL, (now, now))]
+        return [r[0] for r in conn.execute(CANDIDATES_SQL, (now, now, now))]
 
     async def run(self) -> None:
         conn = self.open_reader()

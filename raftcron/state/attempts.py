@@ -7,17 +7,21 @@ from typing import Any
 
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
+from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
-from raftcron.state.db import META_FENCING_SEQ
+from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.tenants import RunLimiter
 
 ATT_COLS = (
     "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
-    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue"
+    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue, "
+    "ack_deadline_ms"
 )
 (A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
- A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE) = range(14)
+ A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE) = range(15)
+
+NOT_ACKNOWLEDGED = "not acknowledged"
 
 TERMINAL = ("succeeded", "failed", "lost", "timed_out", "cancelled")
 
@@ -48,6 +52,10 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     leases is on the fire-lag critical path. `held_jobs` and `held_tenants` name what held
     runs back (an exclusive job with a run leased, a tenant at `max_concurrent_runs`): the
     dispatcher looks past their backlog until they are free again.
+
+    A lease the worker promised to acknowledge (`cmd.acknowledge`) gets an
+    acknowledgement deadline, `ack_timeout_s` after it is handed out (`now_ms` is that
+    instant); the sweeper releases it if the deadline passes unacknowledged.
     """
     conn = ctx.conn
     seq = ctx.meta(META_FENCING_SEQ)
@@ -88,10 +96,12 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         seq += 1
         token = identity.fencing_token(cmd.epoch, seq)
         runtime = spec.get("max_runtime_s")
+        ack_timeout_s = spec.get("ack_timeout_s", DEFAULT_ACK_TIMEOUT_S)
         att_updates.append((
             cmd.worker_id, token, cmd.now_ms, cmd.now_ms,
             cmd.now_ms + spec["heartbeat_timeout_s"] * 1000,
-            cmd.now_ms + runtime * 1000 if runtime else None, attempt_id,
+            cmd.now_ms + runtime * 1000 if runtime else None,
+            cmd.now_ms + ack_timeout_s * 1000 if cmd.acknowledge else None, attempt_id,
         ))
         occ_updates.append((number, occ_id))
         leases.append({
@@ -107,11 +117,12 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "target": spec["target"],
             "max_runtime_s": runtime,
             "heartbeat_interval_s": max(1, spec["heartbeat_timeout_s"] // 3),
+            **({"ack_timeout_s": ack_timeout_s} if cmd.acknowledge else {}),
         })
     conn.executemany(
         "UPDATE attempts SET status = 'running', worker_id = ?, fencing_token = ?, "
-        "leased_ms = ?, heartbeat_ms = ?, lease_expires_ms = ?, runtime_deadline_ms = ? "
-        "WHERE id = ?",
+        "leased_ms = ?, heartbeat_ms = ?, lease_expires_ms = ?, runtime_deadline_ms = ?, "
+        "ack_deadline_ms = ?, acked_ms = NULL WHERE id = ?",
         att_updates,
     )
     conn.executemany(
@@ -139,6 +150,9 @@ def _check_holder(att: tuple | None, token: Any, worker_id: str,
 
 
 def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
+    """Extend leases. The first heartbeat of a lease acknowledges it: once applied, the
+    lease counts as delivered and is no longer released for want of an acknowledgement
+    (a heartbeat ordered before the sweep wins, even one stamped after the deadline)."""
     conn = ctx.conn
     results = []
     for attempt_id, token in cmd.attempts:
@@ -157,8 +171,10 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
             continue
         window = att[A_EXPIRES] - att[A_HB]
         conn.execute(
-            "UPDATE attempts SET heartbeat_ms = ?, lease_expires_ms = ? WHERE id = ?",
-            (max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES]), attempt_id),
+            "UPDATE attempts SET heartbeat_ms = ?, lease_expires_ms = ?, "
+            "acked_ms = coalesce(acked_ms, ?), ack_deadline_ms = NULL WHERE id = ?",
+            (max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES]),
+             cmd.now_ms, attempt_id),
         )
         results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
     return ok(results=results)
@@ -287,15 +303,37 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     return ok(results=results)
 
 
+def _release_unacknowledged(ctx: ApplyContext, att: tuple, now_ms: int) -> None:
+    """Nobody confirmed receiving this lease: it is not assumed delivered (invariant 7).
+    The attempt is pending again at once, under the same number (it does not use up an
+    attempt); its token dies, so a late first holder is refused (stale token) and, as
+    the worker starts nothing before its acknowledgement is accepted, never runs it."""
+    ctx.conn.execute(
+        "UPDATE attempts SET status = 'pending', worker_id = NULL, fencing_token = NULL, "
+        "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "
+        "runtime_deadline_ms = NULL, ack_deadline_ms = NULL, acked_ms = NULL, "
+        "not_before_ms = ?, unacked_releases = unacked_releases + 1, release_reason = ? "
+        "WHERE id = ?",
+        (now_ms, NOT_ACKNOWLEDGED, att[A_ID]),
+    )
+    ctx.conn.execute("UPDATE occurrences SET status = 'pending' WHERE id = ?", (att[A_OCC],))
+    ctx.set_meta(META_UNACKED_LEASES, ctx.meta(META_UNACKED_LEASES) + 1)
+
+
 def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
     """Re-check each candidate at apply time: a heartbeat ordered before the sweep wins."""
     conn = ctx.conn
     specs: dict[str, Any] = {}
     lost: list[str] = []
     timed_out: list[str] = []
+    unacknowledged: list[str] = []
     for attempt_id in cmd.attempt_ids:
         att = _load(conn, attempt_id)
         if att is None or att[A_STATUS] != "running":
+            continue
+        if att[A_ACK_DEADLINE] is not None and att[A_ACK_DEADLINE] < cmd.now_ms:
+            _release_unacknowledged(ctx, att, cmd.now_ms)
+            unacknowledged.append(attempt_id)
             continue
         if att[A_EXPIRES] < cmd.now_ms:
             new_status, why = "lost", "heartbeat timeout"
@@ -312,7 +350,7 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
         )
         spec = _job_spec(conn, att[A_JOB], specs)
         retry_or_fail(ctx, att, spec, cmd.now_ms, why)
-    return ok(lost=lost, timed_out=timed_out)
+    return ok(lost=lost, timed_out=timed_out, unacknowledged=unacknowledged)
 
 
 def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
@@ -331,7 +369,8 @@ def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
         conn.execute(
             "UPDATE attempts SET status = 'pending', worker_id = NULL, fencing_token = NULL, "
             "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "
-            "runtime_deadline_ms = NULL, not_before_ms = ? WHERE id = ?",
+            "runtime_deadline_ms = NULL, ack_deadline_ms = NULL, acked_ms = NULL, "
+            "not_before_ms = ? WHERE id = ?",
             (cmd.now_ms, attempt_id),
         )
         conn.execute("UPDATE occurrences SET status = 'pending' WHERE id = ?", (att[A_OCC],))

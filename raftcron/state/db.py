@@ -17,6 +17,18 @@ META_EPOCH = "epoch"
 META_CLOCK = "clock_ms"
 META_FENCING_SEQ = "fencing_seq"
 META_OUTBOX_SEQ = "outbox_seq"
+META_UNACKED_LEASES = "leases_unacknowledged"
+
+# Columns added to tables after databases were first written: (table, column, definition).
+# `CREATE TABLE IF NOT EXISTS` leaves an existing table as it is, so these are added to
+# older databases when they are opened, at the end of the table as in schema.sql (the
+# digest reads `SELECT *`: old and new databases must have the same column order).
+COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
+    ("attempts", "ack_deadline_ms", "INTEGER"),
+    ("attempts", "acked_ms", "INTEGER"),
+    ("attempts", "unacked_releases", "INTEGER NOT NULL DEFAULT 0"),
+    ("attempts", "release_reason", "TEXT"),
+)
 
 
 # UPDATE ... FROM (state.bulk_claim) arrived in SQLite 3.33 (2020).
@@ -47,7 +59,19 @@ def open_writer(path: str, schema: str | None = None) -> sqlite3.Connection:
     # COMMIT of whichever apply happened to cross the WAL threshold.
     conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.executescript(schema_sql() if schema is None else schema)
+    add_missing_columns(conn)
     return conn
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a database written by an earlier version up to the current columns.
+
+    Rows that predate a column get its default (NULL): an attempt leased before explicit
+    delivery existed has no acknowledgement deadline and is treated as delivered."""
+    for table, column, definition in COLUMN_MIGRATIONS:
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if have and column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
 
 class Checkpointer:

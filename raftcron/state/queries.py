@@ -82,7 +82,7 @@ def recent_occurrences(job_id: str, limit: int) -> tuple[str, tuple[Any, ...]]:
 ATT_SELECT = (
     "SELECT id, occurrence_id, number, status, not_before_ms, worker_id, fencing_token, "
     "leased_ms, heartbeat_ms, lease_expires_ms, cancel_requested, finished_ms, exit_code, "
-    "output, error FROM attempts"
+    "output, error, ack_deadline_ms, acked_ms, unacked_releases, release_reason FROM attempts"
 )
 
 
@@ -115,5 +115,7 @@ def attempt_to_api(row: tuple) -> dict[str, Any]:
         "leased_at": ms_to_iso(row[7]), "heartbeat_at": ms_to_iso(row[8]),
         "lease_expires_at": ms_to_iso(row[9]), "cancel_requested": bool(row[10]),
         "finished_at": ms_to_iso(row[11]), "exit_code": row[12], "output": row[13],
-        "error": row[14],
+        "error": row[14], "ack_deadline": ms_to_iso(row[15]), "acknowledged_at": ms_to_iso(row[16]),
+        # leases of this attempt released unacknowledged (not counted as attempts), and why
+        "unacknowledged_releases": row[17], "release_reason": row[18],
     }

@@ -89,7 +89,18 @@ CREATE TABLE IF NOT EXISTS attempts (
     finished_ms         INTEGER,
     exit_code           INTEGER,
     output              TEXT,
-    error               TEXT
+    error               TEXT,
+    -- Explicit delivery (added later: state.db.COLUMN_MIGRATIONS adds these to older
+    -- databases, at the end, so old and new databases have the same column order).
+    -- ack_deadline_ms: a lease the worker promised to acknowledge and has not yet; NULL
+    -- once acknowledged, and for every lease granted without the promise (or before it
+    -- existed), which is then treated as delivered, as before.
+    ack_deadline_ms     INTEGER,
+    acked_ms            INTEGER,
+    -- leases of this attempt released because no acknowledgement came (not counted as
+    -- attempts), and why the last release happened
+    unacked_releases    INTEGER NOT NULL DEFAULT 0,
+    release_reason      TEXT
 );
 -- Invariant 3: a fencing token is handed out once, ever.
 CREATE UNIQUE INDEX IF NOT EXISTS att_token ON attempts (fencing_token)

@@ -58,6 +58,8 @@ class Lease:
     tenant: str = ""
     """The job's tenant ("" from a node too old to say): its secret references resolve
     among that tenant's secrets only."""
+    ack_timeout_s: int | None = None
+    """Set when the server waits for this lease's acknowledgement (its first heartbeat)."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
@@ -74,6 +76,7 @@ class Lease:
             max_runtime_s=None if runtime is None else int(runtime),
             heartbeat_interval_s=max(1, int(d.get("heartbeat_interval_s") or 10)),
             tenant=str(d.get("tenant") or ""),
+            ack_timeout_s=None if d.get("ack_timeout_s") is None else int(d["ack_timeout_s"]),
         )
 
     def ref(self) -> dict[str, Any]:
@@ -193,14 +196,19 @@ class WorkerClient:
         raise ServerUnavailable("no server answered: " + "; ".join(failures), retry_after)
 
     async def lease(
-        self, worker_id: str, queues: list[str], max_leases: int, wait_s: float
+        self, worker_id: str, queues: list[str], max_leases: int, wait_s: float,
+        *, acknowledge: bool = True,
     ) -> list[Lease]:
         """Long-poll for up to `max_leases` leases.
 
-        A poll whose response is lost leaves its leases to expire on the server (they are
-        then retried there); there is no way to recover them from this side.
+        With `acknowledge` (the default) the caller promises to acknowledge each lease
+        with a heartbeat at once: a poll whose response is lost leaves leases nobody
+        acknowledges, and the server releases and leases them again, uncounted, after the
+        job's `ack_timeout_s`. Without it they wait out their heartbeat timeout and use up
+        an attempt.
         """
-        body = {"worker_id": worker_id, "queues": queues, "max": max_leases, "wait_s": wait_s}
+        body = {"worker_id": worker_id, "queues": queues, "max": max_leases, "wait_s": wait_s,
+                "acknowledge": acknowledge}
         data = await self.post("/v1/leases", body, timeout_s=wait_s + self.timeout_s)
         leases = []
         for raw in data.get("leases") or []:

@@ -2,8 +2,12 @@
 
 Three loops share one `WorkerClient`:
 
-* the lease loop long-polls `POST /v1/leases` for as many leases as there are free slots
-  and starts a run for each;
+* the lease loop long-polls `POST /v1/leases` for as many leases as there are free slots,
+  acknowledges them (a heartbeat sent at once) and starts a run for each lease whose
+  acknowledgement the cluster accepted. Nothing starts before that: a lease whose
+  acknowledgement is refused was released (its acknowledgement deadline passed) and is
+  leased to another worker, so starting it would run the job twice. The cost is one
+  replicated heartbeat (a Raft commit, tens of milliseconds) between lease and start;
 * the heartbeat loop sends one batched `POST /v1/heartbeats` for every running attempt
   each min(heartbeat_interval_s) seconds. `cancel: true` stops the run, which is then
   reported as failed (the server records it as cancelled). A rejection (stale_token,
@@ -86,6 +90,11 @@ class WorkerOptions:
     backoff_initial_s: float = 0.5
     backoff_cap_s: float = 30.0
     completion_batch: int = 50
+    ack_give_up_s: float = 30.0
+    """How long a lease's acknowledgement is retried while no server answers for it. The
+    lease is never started without an answer; past the job's ack_timeout_s the server
+    has either accepted the acknowledgement or released the lease, so a late answer is
+    still definite."""
     refused_grace_s: float = 60.0
     """How long a worker that has not leased yet keeps asking when its token or queues
     are refused (401/403) before it stops (counted from the first refusal): a tokens
@@ -313,8 +322,55 @@ class Worker:
                 log.warning("server granted %d lease(s) beyond the %d requested; releasing them",
                             len(extra), free)
                 await self._release(extra)
-            for lease in leases[:free]:
+            for lease in await self._acknowledge(leases[:free]):
                 self._start(lease)
+
+    async def _acknowledge(self, leases: list[Lease]) -> list[Lease]:
+        """Acknowledge fresh leases; returns those the cluster accepted, which alone may
+        start. Fail closed: a lease refused, or with no answer within `ack_give_up_s`, is
+        not started (the server releases it, or its heartbeat times out)."""
+        if not leases:
+            return []
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.options.ack_give_up_s
+        backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        waiting = list(leases)
+        accepted: list[Lease] = []
+        while waiting:
+            try:
+                results = await self.client.heartbeat(self.worker_id, waiting)
+            except ServerUnavailable as e:
+                if loop.time() >= give_up:
+                    for lease in waiting:
+                        log.error("no answer to the acknowledgement of %s within %.0fs; not "
+                                  "starting it", lease.ids(), self.options.ack_give_up_s)
+                    break
+                await asyncio.sleep(backoff.next(e.retry_after))
+                continue
+            except ApiError as e:
+                for lease in waiting:
+                    log.error("server refused the acknowledgement of %s (%s); not starting "
+                              "it", lease.ids(), e)
+                break
+            unanswered = []
+            for lease in waiting:
+                r = results.get(lease.attempt_id)
+                if r is None:
+                    unanswered.append(lease)
+                elif not r.get("ok"):
+                    log.warning("acknowledgement of %s refused: %s: %s; not starting it",
+                                lease.ids(), r.get("rejected"), r.get("message", ""))
+                elif r.get("cancel"):
+                    log.info("%s was cancelled before it started", lease.ids())
+                    self.reporter.submit({
+                        "attempt_id": lease.attempt_id, "fencing_token": lease.fencing_token,
+                        "outcome": "failed", "exit_code": None,
+                        "output": "[raftcron] cancelled before it started\n",
+                    })
+                else:
+                    accepted.append(lease)
+            waiting = unanswered
+        return accepted
 
     def _start(self, lease: Lease) -> None:
         if lease.attempt_id in self._runs:

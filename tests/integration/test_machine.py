@@ -755,10 +755,12 @@ def test_sweep_marks_lost_after_heartbeat_timeout(led):
     led.fire("j", t)
     tok = lease_one(led, "j", t)
     a = att("j", t)
-    assert led.sweep([a], t + 10_000) == {"ok": True, "lost": [], "timed_out": []}
+    assert led.sweep([a], t + 10_000) == {"ok": True, "lost": [], "timed_out": [],
+                                          "unacknowledged": []}
     led.hb(a, tok, t + 9_000)  # a heartbeat ordered before the sweep wins
     assert led.sweep([a], t + 15_000)["lost"] == []
-    assert led.sweep([a, "ghost"], t + 19_001) == {"ok": True, "lost": [a], "timed_out": []}
+    assert led.sweep([a, "ghost"], t + 19_001) == {"ok": True, "lost": [a], "timed_out": [],
+                                                   "unacknowledged": []}
     row = led.attempt(a)
     assert (row["status"], row["error"], row["finished_ms"], row["cancel_requested"]) == (
         "lost", "heartbeat timeout", t + 19_001, 1)
@@ -783,7 +785,7 @@ def test_sweep_marks_timed_out_and_heartbeat_cancels(led):
     a = att("j", t)
     assert led.sweep([a], t + 29_999)["timed_out"] == []
     r = led.sweep([a], t + 30_000)
-    assert r == {"ok": True, "lost": [], "timed_out": [a]}
+    assert r == {"ok": True, "lost": [], "timed_out": [a], "unacknowledged": []}
     row = led.attempt(a)
     assert (row["status"], row["error"], row["cancel_requested"]) == (
         "timed_out", "max runtime exceeded", 1)
@@ -798,7 +800,7 @@ def test_sweep_ignores_non_running(led):
     led.create("j")
     led.fire("j", T0 + MIN)
     r = led.sweep([att("j", T0 + MIN)], T0 + 10 * 3_600_000)
-    assert r == {"ok": True, "lost": [], "timed_out": []}
+    assert r == {"ok": True, "lost": [], "timed_out": [], "unacknowledged": []}
     assert led.attempt(att("j", T0 + MIN))["status"] == "pending"
 
 

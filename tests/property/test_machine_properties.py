@@ -37,7 +37,8 @@ op_trigger = st.tuples(st.just("trigger"), job_idx, st.integers(0, 2), st.boolea
                        st.integers(0, 2))
 op_backfill = st.tuples(st.just("backfill"), job_idx, st.integers(0, 1),
                         st.lists(st.integers(0, 5), min_size=1, max_size=3))
-op_lease = st.tuples(st.just("lease"), stale_flag, st.integers(0, 1), st.integers(1, 4))
+op_lease = st.tuples(st.just("lease"), stale_flag, st.integers(0, 1), st.integers(1, 4),
+                     st.booleans())
 token_mode = st.sampled_from(["right", "right", "stale", "foreign"])
 op_hb = st.tuples(st.just("hb"), st.integers(0, 50), token_mode)
 op_complete = st.tuples(st.just("complete"), st.integers(0, 50), token_mode,
@@ -144,6 +145,14 @@ class Cluster:
                 assert live == 1, (occ_id, status, live)
             elif status != "cancelled":
                 assert live == 0, (occ_id, status, live)
+        # an acknowledged lease, or an attempt waiting to be leased, waits for no
+        # acknowledgement; every release for want of one is counted
+        assert self.q("SELECT count(*) FROM attempts WHERE ack_deadline_ms IS NOT NULL AND "
+                      "(status = 'pending' OR acked_ms IS NOT NULL)") == [(0,)]
+        released = self.q("SELECT coalesce(sum(unacked_releases), 0) FROM attempts")[0][0]
+        counted = self.q("SELECT coalesce(max(value), 0) FROM meta "
+                         "WHERE key = 'leases_unacknowledged'")[0][0]
+        assert released <= counted
 
     # --- operations ---------------------------------------------------------------------
     def run(self, op):
@@ -224,7 +233,7 @@ class Cluster:
         self.apply(c.Backfill(self.rid(), self.now, job_id, f"bf{key}",
                               [T0 - (k + 1) * MIN for k in ks]))
 
-    def op_lease(self, stale, worker, n):
+    def op_lease(self, stale, worker, n, acknowledge):
         pending = [r[0] for r in self.q(
             "SELECT id FROM attempts WHERE status = 'pending' ORDER BY id")]
         ids = pending[:n]
@@ -234,7 +243,7 @@ class Cluster:
             assert r["rejected"] == "stale_epoch"
             return
         r = self.apply(c.Lease(epoch=self.epoch, now_ms=self.now, worker_id=f"w{worker}",
-                               attempt_ids=ids))
+                               attempt_ids=ids, acknowledge=acknowledge))
         assert r["ok"]
         for lease in r["leases"]:
             tok = lease["fencing_token"]

@@ -124,6 +124,11 @@ def test_http_target_rejects_other_schemes(url):
         ({"max_attempts": True}, "max_attempts"),
         ({"retry_backoff_s": -5}, "retry_backoff_s"),
         ({"heartbeat_timeout_s": 1}, "heartbeat_timeout_s"),
+        ({"ack_timeout_s": 0}, "ack_timeout_s"),
+        ({"ack_timeout_s": 601}, "ack_timeout_s"),
+        ({"ack_timeout_s": "3"}, "ack_timeout_s"),
+        ({"ack_timeout_s": 2.5}, "ack_timeout_s"),
+        ({"ack_timeout_s": False}, "ack_timeout_s"),
         ({"deadline_s": 0}, "deadline_s"),
         ({"paused": "yes"}, "paused"),
         ({"paused": 1}, "paused"),
@@ -254,3 +259,14 @@ def test_fields_differing_from_compares_paused_only_when_asked():
     paused = parse_job(job_with(paused=True))
     assert job.fields_differing_from(paused) == ["paused"]
     assert job.fields_differing_from(paused, compare_paused=False) == []
+
+
+def test_ack_timeout_defaults_to_three_seconds_and_is_kept():
+    assert parse_job(job_with()).ack_timeout_s == 3
+    assert parse_job(job_with(ack_timeout_s=10)).to_spec()["ack_timeout_s"] == 10
+
+
+def test_a_spec_stored_before_ack_timeout_existed_gets_the_default():
+    stored = parse_job(job_with(ack_timeout_s=9)).to_spec()
+    del stored["ack_timeout_s"]
+    assert Job.from_spec(stored).ack_timeout_s == 3

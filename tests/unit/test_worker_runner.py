@@ -204,6 +204,8 @@ async def test_rejected_heartbeat_stops_run_without_completion() -> None:
     cluster.leases_to_give = [lease(1, "echo started; sleep 30")]
 
     async def reject(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if len(cluster.bodies("/v1/heartbeats")) == 1:  # the acknowledgement is accepted
+            return await cluster.default(request, body)
         return httpx.Response(200, json={"results": [
             {"attempt_id": a["attempt_id"], "ok": False, "rejected": "stale_token",
              "message": "newer token"} for a in body["attempts"]
@@ -230,6 +232,8 @@ async def test_heartbeat_cancel_kills_run_and_reports_failed() -> None:
     cluster.leases_to_give = [lease(1, "sleep 30")]
 
     async def cancel(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if len(cluster.bodies("/v1/heartbeats")) == 1:  # the acknowledgement is accepted
+            return await cluster.default(request, body)
         return httpx.Response(200, json={"results": [
             {"attempt_id": a["attempt_id"], "ok": True, "cancel": True}
             for a in body["attempts"]
@@ -405,3 +409,134 @@ async def test_main_exits_zero_on_sigterm() -> None:
             proc.kill()
             await proc.wait()
     assert b"shutting down gracefully" in err
+
+
+# --- explicit delivery: acknowledge, then start -------------------------------------------
+
+class RecordingExecutor:
+    """Stands in for the job process: records which leases started, and what the cluster
+    had been told by then."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.started: list[str] = []
+        self.heartbeats_before_start: list[int] = []
+
+    async def __call__(self, lease: Any, **_: Any) -> Any:
+        from raftcron.worker.executors import RunResult
+        self.started.append(lease.attempt_id)
+        self.heartbeats_before_start.append(len(self.cluster.bodies("/v1/heartbeats")))
+        return RunResult("succeeded", 0, "")
+
+
+def make_recording_worker(cluster: FakeCluster,
+                          options: WorkerOptions = FAST) -> tuple[Worker, RecordingExecutor]:
+    executor = RecordingExecutor(cluster)
+    worker = Worker(["http://a:1", "http://b:1"], ["default"], 2, "w1", options=options,
+                    transport=httpx.MockTransport(cluster), executor=executor)
+    return worker, executor
+
+
+async def test_a_lease_is_acknowledged_before_its_run_starts() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1, ack_timeout_s=3)]
+    worker, executor = make_recording_worker(cluster)
+    await run_until(worker, lambda: "att-1" in cluster.completed)
+    assert cluster.bodies("/v1/leases")[0]["acknowledge"] is True
+    assert executor.started == ["att-1"]
+    assert executor.heartbeats_before_start == [1]
+    assert cluster.bodies("/v1/heartbeats")[0]["attempts"] == [
+        {"attempt_id": "att-1", "fencing_token": 101}]
+
+
+async def test_a_refused_acknowledgement_never_starts_the_run() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1), lease(2)]
+
+    async def refuse_first(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(200, json={"results": [
+            {"attempt_id": a["attempt_id"], "ok": False, "rejected": "stale_token",
+             "message": "released: not acknowledged"} if a["attempt_id"] == "att-1"
+            else {"attempt_id": a["attempt_id"], "ok": True, "cancel": False}
+            for a in body["attempts"]
+        ]})
+
+    cluster.overrides["/v1/heartbeats"] = refuse_first
+    worker, executor = make_recording_worker(cluster)
+    await run_until(worker, lambda: "att-2" in cluster.completed)
+    assert executor.started == ["att-2"]
+    assert "att-1" not in cluster.completed
+
+
+async def test_a_lost_acknowledgement_answer_is_retried_and_the_run_starts_once() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1)]
+    answers = 0
+
+    async def lose_two(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        nonlocal answers
+        answers += 1
+        if answers <= 2:  # applied on the server, the answer never arrives
+            raise httpx.ReadTimeout("timed out", request=request)
+        return await cluster.default(request, body)
+
+    cluster.overrides["/v1/heartbeats"] = lose_two
+    worker, executor = make_recording_worker(cluster)
+    await run_until(worker, lambda: "att-1" in cluster.completed)
+    assert executor.started == ["att-1"]
+    assert executor.heartbeats_before_start == [3]
+    sent = cluster.bodies("/v1/heartbeats")[:3]
+    assert all(s == sent[0] for s in sent)  # the same acknowledgement, resent
+
+
+async def test_no_answer_to_the_acknowledgement_means_no_run() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1)]
+
+    async def never(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "0"},
+                              json={"error": {"code": "no_leader", "message": "no leader"}})
+
+    cluster.overrides["/v1/heartbeats"] = never
+    worker, executor = make_recording_worker(
+        cluster, dataclasses.replace(FAST, ack_give_up_s=0.3))
+    await run_until(worker, lambda: len(cluster.bodies("/v1/leases")) >= 2)
+    assert len(cluster.bodies("/v1/heartbeats")) >= 2  # it kept asking until giving up
+    assert executor.started == []
+    assert cluster.bodies("/v1/completions") == []
+
+
+async def test_a_refused_acknowledgement_request_means_no_run() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1)]
+
+    async def forbidden(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(403, json={"error": {"code": "forbidden", "message": "no"}})
+
+    cluster.overrides["/v1/heartbeats"] = forbidden
+    worker, executor = make_recording_worker(cluster)
+    await run_until(worker, lambda: len(cluster.bodies("/v1/leases")) >= 2)
+    assert executor.started == []
+
+
+async def test_a_lease_cancelled_before_it_started_is_reported_without_running() -> None:
+    cluster = FakeCluster()
+    cluster.leases_to_give = [lease(1)]
+
+    async def cancel(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(200, json={"results": [
+            {"attempt_id": a["attempt_id"], "ok": True, "cancel": True}
+            for a in body["attempts"]]})
+
+    cluster.overrides["/v1/heartbeats"] = cancel
+    worker, executor = make_recording_worker(cluster)
+    await run_until(worker, lambda: "att-1" in cluster.completed)
+    assert executor.started == []
+    assert cluster.completed["att-1"]["outcome"] == "failed"
+    assert "cancelled before it started" in cluster.completed["att-1"]["output"]
+
+
+def test_lease_from_dict_reads_the_ack_timeout() -> None:
+    from raftcron.worker.client import Lease
+    assert Lease.from_dict(lease(1, ack_timeout_s=4)).ack_timeout_s == 4
+    assert Lease.from_dict(lease(1)).ack_timeout_s is None

@@ -14,7 +14,7 @@ the job's tenant (leader.webhook_keys).
 Each round:
 1. new rows are routed (`RouteOutbox`): their receivers are fixed, one delivery state per
    (row, receiver), due at once;
-2. due deliveries are picked per receiver (at most PER_RECEIVER each, oldest rows first),
+2. due deliveries are picked per receiver (at most PER_RECEIVER each, longest-due first),
    so a receiver in backoff, or one with a thousand rows waiting, delays only itself;
 3. the outcomes are committed (`AckDeliveries`): a failure backs that delivery off
    (1, 2, 4 … 300 s, in the replicated state, so a new leader continues the schedule), and
@@ -59,11 +59,12 @@ FRESH_SQL = (
     "SELECT id, payload FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
     "(SELECT 1 FROM outbox_deliveries d WHERE d.outbox_id = o.id) ORDER BY id LIMIT ?"
 )
-# Due deliveries, at most `PER_RECEIVER` per receiver, each receiver's oldest rows first.
+# Due deliveries, at most `PER_RECEIVER` per receiver, each receiver's longest-due first (a
+# retry in backoff does not overtake rows not tried yet).
 DUE_SQL = (
     "SELECT d.outbox_id, d.receiver, d.signer, d.attempts, o.event, o.payload, o.created_ms "
     "FROM (SELECT outbox_id, receiver, signer, attempts, row_number() OVER "
-    "(PARTITION BY receiver ORDER BY outbox_id) AS n FROM outbox_deliveries "
+    "(PARTITION BY receiver ORDER BY next_ms, outbox_id) AS n FROM outbox_deliveries "
     "WHERE status = 'pending' AND next_ms <= ?) AS d JOIN outbox o ON o.id = d.outbox_id "
     "WHERE d.n <= ? ORDER BY d.receiver, d.outbox_id"
 )

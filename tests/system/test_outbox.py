@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftcron.testing import LocalCluster, wait_until
 from tests.system.helpers import add_job
@@ -43,6 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
     configure(c, [f'webhooks = ["{ops.url}/hook/ops"]', "outbox_give_up_attempts = 1"])
     c.start()
     c.wait_leader(timeout=30)
+    c.wait_serving()
     c.start_worker("w1")
     try:
         yield c
@@ -70,6 +72,12 @@ def cluster_key(c: LocalCluster) -> str:
         resp = c.http.get(c.urls[c.ids[1]] + "/v1/webhook-key")
         return resp.json()["key"] if resp.status_code == 200 else None
     return wait_until(got, 20, message="the generated cluster webhook key")
+
+
+def dead_gauge(c: LocalCluster) -> float:
+    text = c.http.get(c.urls[c.ids[0]] + "/metrics").text
+    return next(s.value for f in text_string_to_metric_families(text)
+                if f.name == "raftcron_outbox_dead_deliveries" for s in f.samples)
 
 
 def test_every_node_sees_one_generated_cluster_key(cluster: LocalCluster) -> None:
@@ -168,6 +176,7 @@ def test_a_dead_receiver_is_listed_alerted_and_retried_by_an_admin(
     assert "t0ps3cret" not in alert["body"].decode()
     alerts = cluster.get(cluster.ids[0], "/v1/alerts", params={"status": "open"})["alerts"]
     assert alert_id in {a["id"] for a in alerts}
+    assert dead_gauge(cluster) == 1
 
     dead.status = 200
     before = len(dead.hooks())
@@ -180,5 +189,6 @@ def test_a_dead_receiver_is_listed_alerted_and_retried_by_an_admin(
     wait_until(lambda: alert_id in {a["id"] for a in cluster.get(
         cluster.ids[0], "/v1/alerts", params={"status": "resolved"})["alerts"]}, 30,
         message="the receiver's alert resolved")
+    assert dead_gauge(cluster) == 0
     again = cluster.post(cluster.ids[0], f"/v1/outbox/{row['id']}/retry")
     assert again.status_code == 409 and again.json()["error"]["field"] == "id"

@@ -192,3 +192,18 @@ def test_a_dead_receiver_is_listed_alerted_and_retried_by_an_admin(
     assert dead_gauge(cluster) == 0
     again = cluster.post(cluster.ids[0], f"/v1/outbox/{row['id']}/retry")
     assert again.status_code == 409 and again.json()["error"]["field"] == "id"
+
+
+def test_a_replayed_rotation_key_rotates_once_and_never_answers_another_principal(
+        cluster: LocalCluster) -> None:
+    url = cluster.urls[cluster.ids[0]] + "/v1/tenants/replay/webhook-key"
+    key_header = {"Idempotency-Key": "rotate-replay-1"}
+    first = cluster.http.put(url, headers=key_header)
+    again = cluster.http.put(url, headers=key_header)
+    assert first.status_code == again.status_code == 200
+    assert again.json()["key"] == first.json()["key"], "the same rotation, not a second one"
+    tenant = cluster.create_token("tenant:replay", name="replayer")
+    stolen = httpx.put(url, headers={**cluster.auth_headers(tenant), **key_header}, timeout=10)
+    assert stolen.status_code == 403 and first.json()["key"] not in stolen.text
+    fresh = cluster.http.put(url, headers={"Idempotency-Key": "rotate-replay-2"})
+    assert fresh.json()["key"] != first.json()["key"]

@@ -493,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     np_.add_argument("--webhook", action="append", metavar="URL",
                      help="cluster-wide webhook receiver (repeatable; adds to config webhooks)")
     np_.add_argument("--webhook-secret-file",
-                     help="HMAC key for X-Raftcron-Signature (default: the cluster secret)")
+                     help="HMAC key for X-Raftcron-Signature to the cluster-wide receivers "
+                          "(default: the cluster webhook key generated on first start)")
     np_.add_argument("--watchdog-url", metavar="URL",
                      help="the leader pings this URL after ticks (at most every 5 s)")
     np_.add_argument("--tokens-file", help="bearer tokens (overrides config tokens_file)")

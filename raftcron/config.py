@@ -30,8 +30,9 @@ class NodeConfig:
     secret_file: str
     peers: tuple[Peer, ...] = field(default_factory=tuple)
     raft_overrides: dict[str, Any] = field(default_factory=dict)
-    # Operability: cluster-wide webhook receivers, their HMAC secret (the cluster secret
-    # when unset), the leader's watchdog URL and the ticker staleness threshold.
+    # Operability: cluster-wide webhook receivers, their HMAC secret (unset: the cluster
+    # webhook key generated into the replicated state), the leader's watchdog URL and the
+    # ticker staleness threshold.
     webhooks: tuple[str, ...] = field(default_factory=tuple)
     webhook_secret_file: str | None = None
     watchdog_url: str | None = None
@@ -49,6 +50,10 @@ class NodeConfig:
     # Finished history older than this is pruned ("7d", "12h", "off"; None: the default,
     # $RAFTCRON_RETENTION or 7 days). Validated at load; read by node.retention_of.
     retention: str | None = None
+    # A webhook delivery that keeps failing is given up (dead) this long after its first
+    # try ("24h"), or at this many failed tries (None: no count bound).
+    outbox_give_up_s: float = 24 * 3600.0
+    outbox_give_up_attempts: int | None = None
 
     @property
     def http_url(self) -> str:
@@ -110,11 +115,12 @@ class NodeConfig:
                               "16 characters")
         return secret
 
-    def read_webhook_secret(self) -> bytes:
-        """The key that signs webhook bodies: `webhook_secret_file`, else the cluster
-        secret (so a receiver that already holds the cluster secret needs nothing new)."""
+    def read_webhook_secret(self) -> bytes | None:
+        """The key that signs webhooks to the cluster-wide receivers: `webhook_secret_file`;
+        None without one (then the cluster webhook key in the replicated state signs; the
+        Raft secret never does)."""
         if self.webhook_secret_file is None:
-            return self.read_secret().encode()
+            return None
         try:
             with open(self.webhook_secret_file) as f:
                 secret = f.read().strip()
@@ -185,6 +191,25 @@ def _retention(value: Any) -> str | None:
     return str(value)
 
 
+def _give_up(data: dict[str, Any]) -> tuple[float, int | None]:
+    from raftcron.leader.retention import parse_duration
+
+    text = data.get("outbox_give_up", "24h")
+    try:
+        seconds = parse_duration(text if isinstance(text, str | int | float) else str(text))
+    except ValueError as e:
+        raise ConfigError(f"config 'outbox_give_up': {str(e).replace('retention', 'duration')}"
+                          ) from None
+    if seconds is None:
+        raise ConfigError("config 'outbox_give_up' must be a positive duration such as 24h "
+                          "(deliveries are always given up eventually)")
+    attempts = data.get("outbox_give_up_attempts")
+    if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)
+                                 or attempts < 1):
+        raise ConfigError("config 'outbox_give_up_attempts' must be a positive integer")
+    return seconds, attempts
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -216,6 +241,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
                           "(Raft messages are pickles; without it anyone reaching the port "
                           "could run code on the node)")
     tokens_file, auth_off = _auth(data)
+    give_up_s, give_up_attempts = _give_up(data)
     tls_cert, tls_key = data.get("tls_cert"), data.get("tls_key")
     for key, value in (("tls_cert", tls_cert), ("tls_key", tls_key)):
         if value is not None and (not isinstance(value, str) or not value):
@@ -249,4 +275,6 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         tls_cert=rel(tls_cert) if tls_cert else None,
         tls_key=rel(tls_key) if tls_key else None,
         retention=_retention(data.get("retention")),
+        outbox_give_up_s=give_up_s,
+        outbox_give_up_attempts=give_up_attempts,
     )

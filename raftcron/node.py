@@ -25,10 +25,12 @@ from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
+from raftcron.leader import webhook_keys
 from raftcron.leader.clock import ClockGuard
 from raftcron.leader.dispatch import freed_by
 from raftcron.leader.duties import DutySettings, LeaderDuties
 from raftcron.leader.retention import DEFAULT_RETENTION_S, parse_duration
+from raftcron.leader.ticker import now_ms
 from raftcron.state import db
 from raftcron.state.machine import StateMachine
 
@@ -37,7 +39,7 @@ log = logging.getLogger("raftcron.node")
 JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
                  c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant)
-OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep)
+OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep, c.RetryOutbox)
 
 
 def changed_job_ids(cmd: c.Command) -> set[str]:
@@ -107,7 +109,8 @@ class Node:
             webhooks=config.webhooks, webhook_secret=config.read_webhook_secret(),
             watchdog_url=config.watchdog_url, watchdog_method=config.watchdog_method,
             watchdog_interval_s=config.watchdog_interval_s, tick_stale_s=config.tick_stale_s,
-            retention_s=retention_of(config),
+            retention_s=retention_of(config), outbox_give_up_s=config.outbox_give_up_s,
+            outbox_give_up_attempts=config.outbox_give_up_attempts,
         )
 
     # --- reads ---------------------------------------------------------------------------
@@ -339,6 +342,8 @@ class Node:
         self._background = [
             asyncio.create_task(self.clock_guard.run(), name="clock-guard"),
             asyncio.create_task(self._step_down_when_clock_untrusted(), name="clock-step-down"),
+            asyncio.create_task(webhook_keys.ensure_cluster_key(
+                self.open_reader, self.proposer.propose, now_ms), name="webhook-key"),
         ]
         self._peer_refresher = asyncio.create_task(self._refresh_peers_periodically(),
                                                    name="peer-refresh")

@@ -26,8 +26,10 @@ from raftcron.api import (
     metrics,
     occurrences,
     ops,
+    outbox,
     status,
     tenants,
+    webhook_keys,
     workers,
 )
 from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
@@ -85,6 +87,11 @@ ROUTES = [
     Route("/v1/tenants", tenants.list_tenants, methods=["GET"]),
     Route("/v1/tenants/{name}", tenants.get_tenant, methods=["GET"]),
     Route("/v1/tenants/{name}", tenants.put_tenant, methods=["PUT"]),
+    Route("/v1/tenants/{name}/webhook-key", webhook_keys.get_tenant_key, methods=["GET"]),
+    Route("/v1/tenants/{name}/webhook-key", webhook_keys.rotate_tenant_key, methods=["PUT"]),
+    Route("/v1/webhook-key", webhook_keys.get_cluster_key, methods=["GET"]),
+    Route("/v1/outbox", outbox.list_outbox, methods=["GET"]),
+    Route("/v1/outbox/{outbox_id}/retry", outbox.retry_outbox, methods=["POST"]),
     Route("/v1/occurrences", occurrences.list_occurrences, methods=["GET"]),
     Route("/v1/occurrences/{occurrence_id:path}", occurrences.get_occurrence, methods=["GET"]),
     Route("/v1/leases", workers.leases, methods=["POST"]),

@@ -195,3 +195,10 @@ def tenant_clause(request: Request, column: str = "tenant") -> tuple[str, list[A
     ordered = sorted(tenants)
     return f"{column} IN ({','.join('?' * len(ordered))})", list(ordered)
 
+
+
+def require_admin(request: Request) -> None:
+    principal = principal_of(request)
+    if not principal.admin:
+        raise HTTPError(403, "forbidden", f"token {principal.name!r} needs the admin scope",
+                        "Authorization")

@@ -107,6 +107,9 @@ class StateCollector(Collector):
                 ).fetchall()),
                 "outbox": conn.execute(
                     "SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0],
+                "outbox_dead": conn.execute(
+                    "SELECT count(*) FROM outbox_deliveries WHERE status = 'dead'"
+                ).fetchone()[0],
                 "clock_ms": get_meta(conn, META_CLOCK),
                 "epoch": get_meta(conn, META_EPOCH),
                 "unacked": get_meta(conn, META_UNACKED_LEASES),
@@ -146,6 +149,9 @@ class StateCollector(Collector):
         yield alerts
         yield _gauge("raftcron_outbox_pending", "Outbox rows not yet delivered",
                      counts.get("outbox"))
+        yield _gauge("raftcron_outbox_dead_deliveries",
+                     "Webhook deliveries given up (GET /v1/outbox?status=dead)",
+                     counts.get("outbox_dead"))
         yield _gauge("raftcron_raft_term", "Raft term", st.get("term"))
         yield _gauge("raftcron_raft_commit_index", "Raft commit index", st.get("commit_index"))
         yield _gauge("raftcron_raft_applied_index", "Raft last applied index",

@@ -181,6 +181,26 @@ def _spec() -> dict[str, Any]:
                 "put": _op("Set a tenant's quotas (admin)", body=TENANT_INPUT,
                            params=[_path_param("name")], errors=(400, 413, 503)),
             },
+            "/v1/tenants/{name}/webhook-key": {
+                "get": _op("The key that signs the tenant's notify webhooks (admin)",
+                           params=[_path_param("name")], errors=(400, 403, 503)),
+                "put": _op("Rotate the tenant's webhook key; answers the new key (admin)",
+                           params=[_path_param("name")], errors=(400, 403, 503)),
+            },
+            "/v1/webhook-key": {"get": _op(
+                "The key that signs webhooks to the cluster-wide receivers (admin)",
+                errors=(403, 503))},
+            "/v1/outbox": {"get": _op(
+                "Webhook deliveries given up (dead) or pending, per receiver (admin)", params=[
+                    _query("status", {"enum": ["dead", "pending"]}), _query("cursor"),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
+                    _query("consistent", {"type": "boolean"})], errors=(400, 403))},
+            "/v1/outbox/{outbox_id}/retry": {"post": _op(
+                "Deliver a dead row again, attempts reset (admin)",
+                params=[_path_param("outbox_id")],
+                body={"type": "object", "additionalProperties": False,
+                      "properties": {"receiver": {"type": "string"}}},
+                errors=(400, 403, 404, 409, 503))},
             "/v1/backup": {"get": _op(
                 "A consistent SQLite snapshot of the state (admin)", errors=(403, 503))},
             "/v1/cluster/members": {

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.proposer import Proposer
+from raftcron.core.delivery import DEFAULT_GIVE_UP_S
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.dispatch import Dispatcher
 from raftcron.leader.outbox import OutboxDelivery
@@ -26,7 +27,10 @@ class DutySettings:
     """Node configuration the operability duties need."""
 
     webhooks: tuple[str, ...] = ()
-    webhook_secret: bytes = b""
+    # None: the cluster webhook key in the replicated state signs (leader.webhook_keys).
+    webhook_secret: bytes | None = None
+    outbox_give_up_s: float = DEFAULT_GIVE_UP_S
+    outbox_give_up_attempts: int | None = None
     watchdog_url: str | None = None
     watchdog_method: str = "GET"
     watchdog_interval_s: float = 5.0
@@ -50,7 +54,8 @@ class LeaderDuties:
         self.deadlines = Deadlines(epoch, proposer, open_reader)
         self.outbox = OutboxDelivery(
             epoch, proposer, open_reader, settings.webhooks, settings.webhook_secret,
-            on_result=(lambda r: on_event("webhook", r)) if on_event else None)
+            on_result=(lambda r: on_event("webhook", r)) if on_event else None,
+            give_up_s=settings.outbox_give_up_s, max_attempts=settings.outbox_give_up_attempts)
         self.watchdog = Watchdog(
             self.ticker, settings.watchdog_url, settings.watchdog_method,
             settings.watchdog_interval_s, settings.tick_stale_s,

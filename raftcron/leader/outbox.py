@@ -1,4 +1,4 @@
-"""Outbox delivery: the leader POSTs each committed outbox row to the webhook receivers.
+"""Outbox delivery: the leader POSTs each committed outbox row to its webhook receivers.
 
 A row is written in the same transaction as the state change that caused it (an alert
 raised or resolved, an occurrence failed), so reading it from the applied state means it
@@ -7,13 +7,21 @@ is committed: nothing is sent for a change that did not happen.
 Receivers are the cluster-wide `webhooks` plus, for events that name a job, the job's
 `notify` URLs. The body is JSON (`{"id", "event", "created_at", "data"}`, compact, sorted
 keys) and every request carries `Idempotency-Key: <outbox id>-<created ms>` and
-`X-Raftcron-Signature: sha256=<hex HMAC-SHA256 of the exact body bytes>`.
+`X-Raftcron-Signature: sha256=<hex HMAC-SHA256 of the exact body bytes>`. Cluster-wide
+receivers are signed with the cluster webhook key, a job's `notify` URLs with the key of
+the job's tenant (leader.webhook_keys).
 
-The outcome of each delivery round is committed with `AckOutbox` (a failure increments
-the row's replicated attempt count, which drives the backoff, so a new leader continues
-the same schedule). A row stays pending until every receiver answered 2xx; delivery is at
-least once: after a failover, or when one receiver of several failed, a receiver can see
-the same row again, always with the same idempotency key and the same body.
+Each round:
+1. new rows are routed (`RouteOutbox`): their receivers are fixed, one delivery state per
+   (row, receiver), due at once;
+2. due deliveries are picked per receiver (at most PER_RECEIVER each, longest-due first),
+   so a receiver in backoff, or one with a thousand rows waiting, delays only itself;
+3. the outcomes are committed (`AckDeliveries`): a failure backs that delivery off
+   (1, 2, 4 … 300 s, in the replicated state, so a new leader continues the schedule), and
+   past the give-up bound the delivery is dead and the receiver's alert is raised.
+
+Delivery is at least once: after a failover a receiver can see the same row again, always
+with the same idempotency key and the same body.
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ import hmac
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,31 +39,40 @@ from typing import Any
 import httpx
 
 from raftcron.cluster.proposer import Proposer
-from raftcron.core.commands import AckOutbox
+from raftcron.core import delivery
+from raftcron.core.commands import AckDeliveries, Command, RouteOutbox
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.leader.webhook_keys import KeyRing, load_keys
 from raftcron.state.db import ThreadReader
 
 log = logging.getLogger("raftcron.outbox")
 
 POLL_S = 0.5
-BATCH = 100
-PARALLEL = 16
+ROUTE_BATCH = 200
+PER_RECEIVER = 16
+PARALLEL = 128
+ACK_BATCH = 500
 TIMEOUT_S = 5.0
-BACKOFF_BASE_S = 1.0
-BACKOFF_MAX_S = 300.0
 
-PENDING_SQL = (
-    "SELECT id, event, payload, attempts, created_ms FROM outbox WHERE status = 'pending' "
-    "ORDER BY id LIMIT ?"
+FRESH_SQL = (
+    "SELECT id, payload FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
+    "(SELECT 1 FROM outbox_deliveries d WHERE d.outbox_id = o.id) ORDER BY id LIMIT ?"
+)
+# Due deliveries, at most `PER_RECEIVER` per receiver, each receiver's longest-due first (a
+# retry in backoff does not overtake rows not tried yet).
+DUE_SQL = (
+    "SELECT d.outbox_id, d.receiver, d.signer, d.attempts, o.event, o.payload, o.created_ms "
+    "FROM (SELECT outbox_id, receiver, signer, attempts, row_number() OVER "
+    "(PARTITION BY receiver ORDER BY next_ms, outbox_id) AS n FROM outbox_deliveries "
+    "WHERE status = 'pending' AND next_ms <= ?) AS d JOIN outbox o ON o.id = d.outbox_id "
+    "WHERE d.n <= ? ORDER BY d.receiver, d.outbox_id"
 )
 
 
 def backoff_s(attempts: int) -> float:
-    """Delay before the next round after `attempts` failed rounds: 1, 2, 4, … ≤ 300 s."""
-    if attempts <= 0:
-        return 0.0
-    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(attempts - 1, 20))
+    """Delay before the next try after `attempts` failed tries: 1, 2, 4, … ≤ 300 s."""
+    return delivery.backoff_ms(attempts) / 1000
 
 
 def webhook_body(outbox_id: int, event: str, payload: dict[str, Any], created_ms: int) -> bytes:
@@ -90,22 +106,41 @@ def webhook_headers(outbox_id: int, created_ms: int, event: str, secret: bytes,
 
 
 @dataclass(frozen=True)
-class Row:
-    id: int
+class Due:
+    """One delivery to make: an outbox row to one receiver."""
+
+    outbox_id: int
+    receiver: str
+    signer: str
+    attempts: int
     event: str
     payload: dict[str, Any]
-    attempts: int
     created_ms: int
-    targets: tuple[str, ...]
+
+
+def route(webhooks: tuple[str, ...], payload: dict[str, Any],
+          job: tuple[str, list[str]] | None) -> list[list[str]]:
+    """[[receiver, signer], ...] of a row: the cluster receivers, then the notify URLs of
+    the job it names (`job` = (tenant, notify)). A URL that is both is a cluster receiver."""
+    out = {url: delivery.CLUSTER_SIGNER for url in webhooks}
+    if job is not None:
+        tenant, notify = job
+        for url in notify:
+            out.setdefault(url, delivery.tenant_signer(tenant))
+    return [[url, signer] for url, signer in out.items()]
 
 
 class OutboxDelivery:
     def __init__(self, epoch: int, proposer: Proposer,
                  open_reader: Callable[[], sqlite3.Connection],
-                 webhooks: tuple[str, ...], secret: bytes,
+                 webhooks: tuple[str, ...], secret: bytes | None,
                  client: httpx.AsyncClient | None = None,
                  clock: Callable[[], int] = now_ms,
-                 on_result: Callable[[str], None] | None = None) -> None:
+                 on_result: Callable[[str], None] | None = None,
+                 give_up_s: float = delivery.DEFAULT_GIVE_UP_S,
+                 max_attempts: int | None = None) -> None:
+        """`secret` signs for the cluster receivers (`webhook_secret_file`); None: the
+        cluster key in the replicated state."""
         self.epoch = epoch
         self.proposer = proposer
         self.open_reader = open_reader
@@ -114,10 +149,10 @@ class OutboxDelivery:
         self.client = client
         self.clock = clock
         self.on_result = on_result
+        self.give_up_ms = int(give_up_s * 1000)
+        self.max_attempts = max_attempts
         self.wakeup = asyncio.Event()
-        # (outbox id, url) answered 2xx during this epoch: not sent again by this leader.
-        self.sent: set[tuple[int, str]] = set()
-        self.next_try: dict[int, float] = {}
+        self._no_key_logged = False
 
     def notify(self) -> None:
         self.wakeup.set()
@@ -129,12 +164,8 @@ class OutboxDelivery:
         try:
             while True:
                 self.wakeup.clear()
-                rows = await reader.run(self._pending)
-                mono = time.monotonic()
-                due = [r for r in rows if self.next_try.get(r.id, 0.0) <= mono]
-                for i in range(0, len(due), PARALLEL):
-                    await asyncio.gather(*(self._deliver(client, r) for r in due[i:i + PARALLEL]))
-                if not due or len(rows) < BATCH:
+                busy = await self.round(reader, client)
+                if not busy:
                     try:
                         await asyncio.wait_for(self.wakeup.wait(), POLL_S)
                     except TimeoutError:
@@ -144,62 +175,99 @@ class OutboxDelivery:
             if own:
                 await client.aclose()
 
-    def _pending(self, conn: sqlite3.Connection) -> list[Row]:
-        rows = []
-        specs: dict[str, tuple[str, ...]] = {}
-        for oid, event, payload_text, attempts, created in conn.execute(PENDING_SQL, (BATCH,)):
-            payload = json.loads(payload_text)
-            targets = list(self.webhooks)
-            job_id = payload.get("job_id")
-            if isinstance(job_id, str):
-                if job_id not in specs:
-                    got = conn.execute("SELECT json_extract(spec, '$.notify') FROM jobs "
-                                       "WHERE id = ?", (job_id,)).fetchone()
-                    specs[job_id] = tuple(json.loads(got[0])) if got and got[0] else ()
-                targets += specs[job_id]
-            rows.append(Row(oid, event, payload, attempts, created,
-                            tuple(dict.fromkeys(targets))))
-            if oid not in self.next_try:
-                # Continue the backoff the previous leader recorded in the row.
-                self.next_try[oid] = time.monotonic() + backoff_s(attempts)
-        return rows
+    async def round(self, reader: ThreadReader, client: httpx.AsyncClient) -> bool:
+        """Route new rows, make the due deliveries, commit their outcomes. True when more
+        work was left than one round takes."""
+        routes = await reader.run(self.fresh)
+        for i in range(0, len(routes), ROUTE_BATCH):
+            await self._propose(RouteOutbox(self.epoch, self.clock(), routes[i:i + ROUTE_BATCH]))
+        due, keys = await reader.run(self._due_and_keys, self.clock())
+        results = await self.deliver(client, due, keys)
+        for i in range(0, len(results), ACK_BATCH):
+            await self._propose(AckDeliveries(self.epoch, self.clock(), self.give_up_ms,
+                                              self.max_attempts, results[i:i + ACK_BATCH]))
+        per_receiver: dict[str, int] = {}
+        for d in due:
+            per_receiver[d.receiver] = per_receiver.get(d.receiver, 0) + 1
+        return len(routes) >= ROUTE_BATCH or any(n >= PER_RECEIVER for n in per_receiver.values())
 
-    async def _deliver(self, client: httpx.AsyncClient, row: Row) -> None:
-        body = webhook_body(row.id, row.event, row.payload, row.created_ms)
-        headers = webhook_headers(row.id, row.created_ms, row.event, self.secret, body)
-        errors: list[str] = []
-        for url in row.targets:
-            if (row.id, url) in self.sent:
-                continue
-            try:
-                resp = await client.post(url, content=body, headers=headers, timeout=TIMEOUT_S)
-            except httpx.HTTPError as e:
-                errors.append(f"{url}: {type(e).__name__}")
-                self._count("error")
-                continue
-            if 200 <= resp.status_code < 300:
-                self.sent.add((row.id, url))
-                self._count("delivered")
-            else:
-                errors.append(f"{url}: HTTP {resp.status_code}")
-                self._count("error")
-        delivered = not errors
-        result = await self.proposer.propose_leader(AckOutbox(
-            self.epoch, self.clock(), row.id, delivered, "; ".join(errors)))
+    def fresh(self, conn: sqlite3.Connection) -> list[list[Any]]:
+        """Routes for rows that have no delivery state yet (new rows, and rows written
+        before per-receiver delivery existed)."""
+        jobs: dict[str, tuple[str, list[str]] | None] = {}
+        routes: list[list[Any]] = []
+        for oid, payload_text in conn.execute(FRESH_SQL, (ROUTE_BATCH * 5,)):
+            payload = json.loads(payload_text)
+            job_id = payload.get("job_id")
+            job = None
+            if isinstance(job_id, str):
+                if job_id not in jobs:
+                    got = conn.execute("SELECT tenant, json_extract(spec, '$.notify') FROM jobs "
+                                       "WHERE id = ?", (job_id,)).fetchone()
+                    jobs[job_id] = (got[0], json.loads(got[1]) if got[1] else []) if got else None
+                job = jobs[job_id]
+            routes.append([oid, route(self.webhooks, payload, job)])
+        return routes
+
+    def _due_and_keys(self, conn: sqlite3.Connection, now: int) -> tuple[list[Due], KeyRing]:
+        due = [Due(oid, receiver, signer, attempts, event, json.loads(payload), created)
+               for oid, receiver, signer, attempts, event, payload, created
+               in conn.execute(DUE_SQL, (now, PER_RECEIVER))]
+        return due, load_keys(conn, self.secret)
+
+    async def deliver(self, client: httpx.AsyncClient, due: list[Due],
+                      keys: KeyRing) -> list[list[Any]]:
+        """POST every due delivery (all receivers at once, at most PARALLEL requests in
+        flight); the outcomes as AckDeliveries results. A delivery whose key is not known
+        yet is not attempted (fail closed: never sent unsigned or with another key)."""
+        gate = asyncio.Semaphore(PARALLEL)
+
+        async def one(d: Due) -> list[Any] | None:
+            secret = keys.secret_for(d.signer)
+            if secret is None:
+                if not self._no_key_logged:
+                    log.warning("no webhook key for %s yet: not delivering", d.signer)
+                    self._no_key_logged = True
+                return None
+            body = webhook_body(d.outbox_id, d.event, d.payload, d.created_ms)
+            headers = webhook_headers(d.outbox_id, d.created_ms, d.event, secret, body)
+            async with gate:
+                try:
+                    resp = await client.post(d.receiver, content=body, headers=headers,
+                                             timeout=TIMEOUT_S)
+                except httpx.HTTPError as e:
+                    error = f"{type(e).__name__}"
+                else:
+                    if 200 <= resp.status_code < 300:
+                        self._count("delivered")
+                        return [d.outbox_id, d.receiver, True, ""]
+                    error = f"HTTP {resp.status_code}"
+            self._count("error")
+            log.info("outbox row %d not delivered to %s (%s)", d.outbox_id,
+                     delivery.redact_url(d.receiver), error)
+            return [d.outbox_id, d.receiver, False, error]
+
+        outcomes = await asyncio.gather(*(one(d) for d in interleaved(due)))
+        return [r for r in outcomes if r is not None]
+
+    async def _propose(self, cmd: Command) -> None:
+        result = await self.proposer.propose_leader(cmd)
         if not result.get("ok"):
             if result.get("rejected") == "stale_epoch":
                 raise LostEpoch(result.get("message", ""))
-            log.info("ack of outbox row %d refused: %s", row.id, result.get("message"))
-            self.next_try.pop(row.id, None)
-            return
-        if delivered:
-            self.next_try.pop(row.id, None)
-            self.sent = {s for s in self.sent if s[0] != row.id}
-        else:
-            self.next_try[row.id] = time.monotonic() + backoff_s(row.attempts + 1)
-            log.info("outbox row %d not delivered (%s); next try in %.0f s", row.id,
-                     "; ".join(errors), backoff_s(row.attempts + 1))
+            log.warning("%s refused: %s", cmd.TYPE, result.get("message"))
 
     def _count(self, result: str) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+
+def interleaved(due: list[Due]) -> list[Due]:
+    """Every receiver's first delivery, then every receiver's second, …: with more
+    deliveries than PARALLEL, no receiver waits behind another one's whole batch."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for i, d in enumerate(due):
+        rank[d.receiver] = rank.get(d.receiver, -1) + 1
+        keyed.append((rank[d.receiver], i, d))
+    return [d for _, _, d in sorted(keyed, key=lambda k: (k[0], k[1]))]

@@ -67,6 +67,8 @@ def resolve_alert(ctx: ApplyContext, cmd: ResolveAlert) -> dict[str, Any]:
 
 
 def ack_outbox(ctx: ApplyContext, cmd: AckOutbox) -> dict[str, Any]:
+    """Row-level outcome, as leaders before per-receiver delivery (state.outbox) wrote it:
+    kept so that their log entries still apply."""
     row = ctx.conn.execute("SELECT status FROM outbox WHERE id = ?", (cmd.outbox_id,)).fetchone()
     if row is None:
         return rejected(errors.NOT_FOUND, f"outbox row {cmd.outbox_id} does not exist")
@@ -108,6 +110,10 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
     )
     conn.execute(
         "DELETE FROM alerts WHERE status = 'resolved' AND resolved_ms < ?", (cmd.before_ms,)
+    )
+    conn.execute(
+        "DELETE FROM outbox_deliveries WHERE outbox_id IN (SELECT id FROM outbox "
+        "WHERE status = 'delivered' AND delivered_ms < ?)", (cmd.before_ms,)
     )
     conn.execute(
         "DELETE FROM outbox WHERE status = 'delivered' AND delivered_ms < ?", (cmd.before_ms,)

@@ -20,6 +20,8 @@ TABLES = {
     "tenants": "name",
     "tenant_fires": "tenant, minute",
     "cluster_members": "id",
+    "outbox_deliveries": "outbox_id, receiver",
+    "webhook_keys": "owner",
 }
 
 

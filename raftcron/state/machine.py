@@ -21,7 +21,7 @@ from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import errors
-from raftcron.state import alerts, attempts, jobs, occurrences, tenants
+from raftcron.state import alerts, attempts, jobs, occurrences, outbox, tenants, webhook_keys
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
 
@@ -60,6 +60,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Barrier: _barrier,
     c.Prune: alerts.prune,
     c.PutTenant: tenants.put_tenant,
+    c.RetryOutbox: outbox.retry_outbox,
+    c.SetWebhookKey: webhook_keys.set_webhook_key,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
@@ -67,6 +69,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RaiseAlert: alerts.raise_alert,
     c.ResolveAlert: alerts.resolve_alert,
     c.AckOutbox: alerts.ack_outbox,
+    c.RouteOutbox: outbox.route_outbox,
+    c.AckDeliveries: outbox.ack_deliveries,
     c.Heartbeat: attempts.heartbeat,
     c.Complete: attempts.complete,
     c.Release: attempts.release,
@@ -81,7 +85,7 @@ CLOCKED = (c.Claim, c.Lease, c.Sweep)
 REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
-           c.Backfill, c.Prune, c.PutTenant)
+           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey)
 
 
 class StateMachine:

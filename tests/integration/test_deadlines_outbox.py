@@ -1,22 +1,27 @@
-"""Deadline planning and the alert/outbox state on real SQLite (no Raft, no HTTP)."""
+"""Deadline planning and the alert/outbox state on real SQLite; outbox delivery to HTTP
+receivers on loopback (no Raft: commands are applied directly)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from raftcron.core import commands as c
-from raftcron.core import identity
-from raftcron.core.timefmt import parse_iso_ms
+from raftcron.core import delivery, identity
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.outbox import OutboxDelivery, backoff_s, webhook_body, webhook_headers
-from raftcron.state.db import open_reader
+from raftcron.state.db import ThreadReader, open_reader
 from tests.integration.test_machine import MIN, T0, Node
+from tests.system.test_operability import Receiver
 
 SEC = 1000
 
@@ -116,45 +121,292 @@ class FakeProposer:
         return self.node.apply(cmd)
 
 
-class FakeResponse:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
+CLUSTER_KEY = "cluster-webhook-key-for-tests-0123456789abcdef"
 
 
-class FakeClient:
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.calls: list[tuple[str, bytes, dict[str, str]]] = []
-
-    async def post(self, url: str, content: bytes, headers: dict[str, str],
-                   timeout: float) -> FakeResponse:
-        self.calls.append((url, content, headers))
-        return FakeResponse(self.status)
+def verify(key: str | bytes, request: dict[str, Any]) -> bool:
+    key = key.encode() if isinstance(key, str) else key
+    expected = "sha256=" + hmac.new(key, request["body"], hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, request["headers"]["x-raftcron-signature"])
 
 
-async def test_outbox_signs_acks_and_backs_off(node: Node) -> None:
-    node.create("j", now=T0, notify=["http://job.example/hook"])
-    node.apply(c.RaiseAlert(node.epoch, T0, "a1", "deadline", job_id="j", reason="missed"))
-    proposer = FakeProposer(node)
-    out = OutboxDelivery(node.epoch, proposer, lambda: open_reader(node.path),  # type: ignore[arg-type]
-                         ("http://ops.example/hook",), b"k3y")
-    conn = open_reader(node.path)
-    rows = out._pending(conn)
-    assert rows[0].targets == ("http://ops.example/hook", "http://job.example/hook")
-    failing = FakeClient(500)
-    await out._deliver(failing, rows[0])  # type: ignore[arg-type]
-    assert node.one("SELECT status, attempts FROM outbox")[0:2] == ("pending", 1)
-    ok = FakeClient(204)
-    await out._deliver(ok, out._pending(conn)[0])  # type: ignore[arg-type]
-    conn.close()
-    assert node.one("SELECT status FROM outbox")[0] == "delivered"
-    (url, body, headers), _ = ok.calls
-    assert body == failing.calls[0][1], "a retry must send the same bytes"
-    doc = json.loads(body)
-    created_ms = parse_iso_ms(doc["created_at"], "created_at")
-    assert headers["Idempotency-Key"] == f"{doc['id']}-{created_ms}"
-    assert headers["X-Raftcron-Signature"] == "sha256=" + hmac.new(
-        b"k3y", body, hashlib.sha256).hexdigest()
+@pytest.fixture
+def healthy() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def dead() -> Iterator[Receiver]:
+    r = Receiver()
+    r.status = 503
+    yield r
+    r.close()
+
+
+class Rig:
+    """A leader's outbox duty over a real state database, POSTing to loopback receivers,
+    with a clock the test moves."""
+
+    def __init__(self, node: Node, webhooks: tuple[str, ...], secret: bytes | None = None,
+                 **kw: Any) -> None:
+        self.node = node
+        self.now = T0
+        self.out = OutboxDelivery(node.epoch, FakeProposer(node),  # type: ignore[arg-type]
+                                  lambda: open_reader(node.path), webhooks, secret,
+                                  clock=lambda: self.now, **kw)
+        self.reader = ThreadReader(lambda: open_reader(node.path), "test-outbox")
+        self.client = httpx.AsyncClient()
+
+    async def round(self) -> bool:
+        return await self.out.round(self.reader, self.client)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        self.reader.close()
+
+
+@pytest.fixture
+async def rig_factory(node: Node) -> AsyncIterator[Any]:
+    rigs: list[Rig] = []
+
+    def make(*args: Any, **kw: Any) -> Rig:
+        rigs.append(Rig(node, *args, **kw))
+        return rigs[-1]
+
+    node.apply(c.SetWebhookKey("init", T0, "cluster", CLUSTER_KEY))
+    yield make
+    for r in rigs:
+        await r.close()
+
+
+def raise_alert(node: Node, alert_id: str, now: int = T0, job_id: str | None = None) -> None:
+    assert node.apply(c.RaiseAlert(node.epoch, now, alert_id, "deadline", job_id=job_id,
+                                   reason="missed"))["raised"]
+
+
+def alert_ids(receiver: Receiver) -> list[str]:
+    return [json.loads(r["body"])["data"]["alert_id"] for r in receiver.hooks()]
+
+
+async def test_one_dead_receiver_with_150_rows_does_not_hold_back_an_alert(
+        node: Node, healthy: Receiver, dead: Receiver) -> None:
+    """Before: the leader took the 100 oldest pending rows; rows for a dead notify URL stayed
+    pending (in backoff) forever, so a later operator alert was never sent."""
+    node.create("j", now=T0, notify=[f"{dead.url}/hook"])
+    for i in range(150):
+        raise_alert(node, f"job-{i}", job_id="j")
+    node.apply(c.SetWebhookKey("init", T0, "cluster", CLUSTER_KEY))
+    out = OutboxDelivery(node.epoch, FakeProposer(node),  # type: ignore[arg-type]
+                         lambda: open_reader(node.path), (f"{healthy.url}/hook",), None)
+    task = asyncio.create_task(out.run())
+    try:
+        def all_tried() -> bool:
+            return len({json.loads(r["body"])["id"] for r in dead.hooks()}) == 150
+        await until(all_tried, "every row tried once at the dead receiver", 120)
+        raise_alert(node, "operator", now=T0 + 1)
+        out.notify()
+        await until(lambda: "operator" in alert_ids(healthy), "the operator alert delivered",
+                    60)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert node.one("SELECT count(*) FROM outbox_deliveries WHERE receiver = ? AND "
+                    "status = 'pending'", f"{dead.url}/hook")[0] == 150
+
+
+async def test_a_receiver_in_backoff_delays_only_itself_within_one_round(
+        node: Node, rig_factory: Any, healthy: Receiver, dead: Receiver) -> None:
+    node.create("j", now=T0, notify=[f"{dead.url}/hook"])
+    for i in range(150):
+        raise_alert(node, f"job-{i}", job_id="j")
+    rig = rig_factory((f"{healthy.url}/hook",))
+    while await rig.round():  # drain: every row tried once at both receivers
+        pass
+    assert len(dead.hooks()) == 150 and len(healthy.hooks()) == 150
+    # Delivered to the healthy receiver, failing for the dead one: only it is retried.
+    assert node.one("SELECT count(*) FROM outbox WHERE status = 'pending'")[0] == 150
+    raise_alert(node, "operator", now=T0 + 1)
+    await rig.round()
+    assert alert_ids(healthy)[150:] == ["operator"], "one round, and nothing sent twice"
+    assert len(dead.hooks()) == 150, "the dead receiver is in backoff"
+    rig.now += 1_000  # its backoff (1 s) is over: retried, and only there
+    await rig.round()
+    assert len(dead.hooks()) == 150 + 16 and len(healthy.hooks()) == 151
+    retried = dead.hooks()[150]
+    first = next(r for r in dead.hooks() if r["headers"]["idempotency-key"]
+                 == retried["headers"]["idempotency-key"])
+    assert retried["body"] == first["body"], "a retry sends the same bytes"
+    doc = json.loads(first["body"])
+    assert first["headers"]["idempotency-key"] == f"{doc['id']}-{T0}"
+
+
+async def test_give_up_makes_the_delivery_dead_raises_an_alert_and_admin_retry_revives(
+        node: Node, rig_factory: Any, healthy: Receiver, dead: Receiver) -> None:
+    node.create("j", now=T0, notify=[f"{dead.url}/hook?token=s3cret"])
+    raise_alert(node, "job-0", job_id="j")
+    rig = rig_factory((f"{healthy.url}/hook",), give_up_s=3600)
+    await rig.round()
+    receiver = f"{dead.url}/hook?token=s3cret"
+    assert node.one("SELECT status, attempts FROM outbox_deliveries WHERE receiver = ?",
+                    receiver) == ("pending", 1)
+    rig.now += 3600 * SEC  # past the bound: the next failure gives up
+    await rig.round()
+    assert node.one("SELECT status, attempts FROM outbox_deliveries WHERE receiver = ?",
+                    receiver) == ("dead", 2)
+    assert node.one("SELECT status FROM outbox WHERE id = 1")[0] == "delivered"
+    alert_id = "webhook_dead:" + hashlib.sha256(receiver.encode()).hexdigest()[:16]
+    assert node.one("SELECT kind, status FROM alerts WHERE id = ?", alert_id) == (
+        "webhook", "open")
+    await rig.round()  # the alert itself goes to the other (cluster) receivers
+    hook = healthy.hooks()[-1]
+    doc = json.loads(hook["body"])
+    assert doc["data"]["alert_id"] == alert_id and verify(CLUSTER_KEY, hook)
+    assert "s3cret" not in hook["body"].decode(), "the receiver's URL is redacted"
+    sent_to_dead = len(dead.hooks())
+    rig.now += 10 * 3600 * SEC
+    await rig.round()
+    assert len(dead.hooks()) == sent_to_dead, "a dead delivery is never tried again"
+
+    dead.status = 200
+    r = node.apply(c.RetryOutbox("retry-1", rig.now, 1))
+    assert r == {"ok": True, "outbox_id": 1, "retried": 1}
+    assert node.one("SELECT status, attempts FROM outbox_deliveries WHERE receiver = ?",
+                    receiver) == ("pending", 0)
+    await rig.round()
+    assert len(dead.hooks()) == sent_to_dead + 1
+    assert node.one("SELECT status FROM outbox WHERE id = 1")[0] == "delivered"
+    assert node.one("SELECT status FROM alerts WHERE id = ?", alert_id)[0] == "resolved"
+    again = node.apply(c.RetryOutbox("retry-2", rig.now, 1))
+    assert again["rejected"] == "invalid_state", "nothing dead left to retry"
+    assert node.apply(c.RetryOutbox("retry-3", rig.now, 99))["rejected"] == "not_found"
+
+
+async def test_give_up_after_max_attempts(node: Node, rig_factory: Any,
+                                          dead: Receiver) -> None:
+    raise_alert(node, "a")
+    rig = rig_factory((f"{dead.url}/hook",), max_attempts=2)
+    await rig.round()
+    rig.now += 1_000
+    await rig.round()
+    assert node.one("SELECT status, attempts FROM outbox_deliveries WHERE outbox_id = 1"
+                    ) == ("dead", 2)
+
+
+async def test_tenant_notify_webhooks_are_signed_with_the_tenant_key(
+        node: Node, rig_factory: Any, healthy: Receiver) -> None:
+    node.create("j", now=T0, tenant="acme", notify=[f"{healthy.url}/hook/acme"])
+    raise_alert(node, "a1", job_id="j")
+    rig = rig_factory((f"{healthy.url}/hook/ops",))
+    await rig.round()
+    by_path = {r["path"]: r for r in healthy.hooks()}
+    ops, acme = by_path["/hook/ops"], by_path["/hook/acme"]
+    assert ops["body"] == acme["body"]
+    assert verify(CLUSTER_KEY, ops) and not verify(CLUSTER_KEY, acme)
+    derived = delivery.derive_tenant_key(CLUSTER_KEY, "acme")
+    assert verify(derived, acme) and derived != delivery.derive_tenant_key(CLUSTER_KEY, "b")
+    rotated = "rotated-acme-key-0123456789-abcdefghijkl"
+    assert node.apply(c.SetWebhookKey("rot", T0, "tenant:acme", rotated, replace=True))["ok"]
+    raise_alert(node, "a2", job_id="j")
+    await rig.round()
+    acme2 = [r for r in healthy.hooks() if r["path"] == "/hook/acme"][-1]
+    assert verify(rotated, acme2) and not verify(derived, acme2)
+
+
+async def test_a_secret_file_signs_cluster_receivers_but_not_tenant_ones(
+        node: Node, rig_factory: Any, healthy: Receiver) -> None:
+    node.create("j", now=T0, tenant="acme", notify=[f"{healthy.url}/hook/acme"])
+    raise_alert(node, "a1", job_id="j")
+    await rig_factory((f"{healthy.url}/hook/ops",), b"file-key").round()
+    by_path = {r["path"]: r for r in healthy.hooks()}
+    assert verify(b"file-key", by_path["/hook/ops"])
+    assert verify(delivery.derive_tenant_key(CLUSTER_KEY, "acme"), by_path["/hook/acme"])
+
+
+async def test_nothing_is_sent_before_the_cluster_key_is_committed(
+        tmp_path: Path, healthy: Receiver) -> None:
+    """Fail closed: no key, no delivery (never unsigned, never the Raft secret)."""
+    node = Node(tmp_path / "nokey.db")
+    node.begin(1)
+    raise_alert(node, "a1")
+    rig = Rig(node, (f"{healthy.url}/hook",))
+    try:
+        await rig.round()
+        assert healthy.hooks() == []
+        assert node.one("SELECT status, attempts FROM outbox_deliveries") == ("pending", 0)
+        node.apply(c.SetWebhookKey("init", T0, "cluster", CLUSTER_KEY))
+        await rig.round()
+        assert verify(CLUSTER_KEY, healthy.hooks()[0])
+    finally:
+        await rig.close()
+
+
+def test_the_first_committed_cluster_key_wins_and_a_rotation_replaces(tmp_path: Path) -> None:
+    """Several nodes starting at once each propose a random key: the first committed one
+    stays on every node; the results hold no key (they are stored for replays)."""
+    nodes = [Node(tmp_path / f"n{i}.db") for i in range(2)]
+    first, second = "first-key-" + "a" * 32, "second-key-" + "b" * 32
+    for n in nodes:
+        r1 = n.apply(c.SetWebhookKey("n1-init", T0, "cluster", first))
+        r2 = n.apply(c.SetWebhookKey("n2-init", T0 + 1, "cluster", second))
+        assert (r1["stored"], r2["stored"]) == (True, False)
+        assert first not in json.dumps(r1) and n.one(
+            "SELECT key FROM webhook_keys WHERE owner = 'cluster'")[0] == first
+        rot = n.apply(c.SetWebhookKey("rot", T0 + 2, "tenant:acme", second, replace=True))
+        assert rot["stored"] and n.apply(c.SetWebhookKey(
+            "rot2", T0 + 3, "tenant:acme", first, replace=True))["stored"]
+        assert n.one("SELECT key FROM webhook_keys WHERE owner = 'tenant:acme'")[0] == first
+        assert n.apply(c.SetWebhookKey("bad", T0, "tenant:a/b", first))["field"] == "owner"
+        assert n.apply(c.SetWebhookKey("short", T0, "tenant:a", "k"))["field"] == "key"
+    assert nodes[0].digest() == nodes[1].digest()
+
+
+def test_a_second_route_of_a_row_is_a_no_op(node: Node) -> None:
+    raise_alert(node, "a")
+    routes = [[1, [["http://a/h", "cluster"]]]]
+    assert node.apply(c.RouteOutbox(node.epoch, T0, routes))["routed"] == 1
+    assert node.apply(c.RouteOutbox(node.epoch, T0 + 5, [[1, [["http://b/h", "cluster"]]]])
+                      )["routed"] == 0
+    assert node.q("SELECT receiver, next_ms FROM outbox_deliveries") == [("http://a/h", T0)]
+    assert node.apply(c.RouteOutbox(node.epoch - 1, T0, routes))["rejected"] == "stale_epoch"
+
+
+async def test_rows_pending_before_the_upgrade_are_delivered(
+        tmp_path: Path, healthy: Receiver) -> None:
+    """A database written before per-receiver delivery: pending rows (with the old
+    row-level attempt count) and no delivery tables."""
+    path = tmp_path / "old.db"
+    old = Node(path)
+    old.begin(1)
+    raise_alert(old, "a0")
+    old.apply(c.AckOutbox(old.epoch, T0, 1, False, "HTTP 500"))  # an old-format entry
+    raise_alert(old, "a1")
+    old.conn.execute("DROP TABLE outbox_deliveries")
+    old.conn.execute("DROP TABLE webhook_keys")
+    old.conn.close()
+    node = Node(path)  # opening runs the schema: the new tables appear
+    node.index, node.epoch = old.index, old.epoch
+    assert node.one("SELECT count(*) FROM outbox WHERE status = 'pending'")[0] == 2
+    node.apply(c.SetWebhookKey("init", T0, "cluster", CLUSTER_KEY))
+    rig = Rig(node, (f"{healthy.url}/hook",))
+    try:
+        await rig.round()
+    finally:
+        await rig.close()
+    assert sorted(alert_ids(healthy)) == ["a0", "a1"]
+    assert node.one("SELECT count(*) FROM outbox WHERE status = 'pending'")[0] == 0
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    """Wait for a condition (not a timing assertion: the bound only stops a hung test)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_backoff_doubles_up_to_five_minutes() -> None:
     assert [backoff_s(n) for n in (0, 1, 2, 3, 30)] == [0, 1, 2, 4, 300]
 
 

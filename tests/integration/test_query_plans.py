@@ -24,7 +24,11 @@ PERIODIC = {
     "deadline jobs": (deadlines.JOBS_SQL, (), ["jobs_deadline"], set()),
     "deadline rows": (deadlines.ROWS_SQL, ("j@0", "j@:", 0, 1, 10), [OCC_PK], set()),
     "open deadline alerts": (deadlines.OPEN_SQL, (), [OCC_PK], {"a"}),
-    "outbox pending": (outbox.PENDING_SQL, (10,), ["outbox_pending"], set()),
+    "outbox fresh": (outbox.FRESH_SQL, (10,), ["outbox_pending"], set()),
+    # The window over the due deliveries (found through the index) is materialized: its
+    # scans read that subquery, not a table.
+    "outbox due": (outbox.DUE_SQL, (0, 16), ["outbox_deliveries_due"],
+                   {"d", "(subquery-3)"}),
     "dispatch due": (
         "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
         "AND queue IN (?) AND not_before_ms <= ? ORDER BY not_before_ms, id LIMIT ?",

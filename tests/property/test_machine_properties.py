@@ -48,11 +48,16 @@ op_sweep = st.tuples(st.just("sweep"), stale_flag)
 op_advance = st.tuples(st.just("advance"), st.sampled_from([500, 3_000, 20_000, MIN]))
 op_alert = st.tuples(st.just("alert"), stale_flag, st.integers(0, 1), st.booleans())
 op_misc = st.tuples(st.sampled_from(["prune", "replay", "reopen", "ack"]), st.integers(0, 50))
+# Webhook delivery: a short run of steps over the outbox (often enough to reach dead rows
+# and retries within one example).
+op_outbox = st.tuples(st.just("outbox"), st.lists(st.sampled_from(
+    ["enqueue", "route", "deliver", "deliver", "wait", "retry", "webhook_key"]),
+    min_size=2, max_size=8), st.integers(0, 50))
 
 ops = st.lists(
     st.one_of(op_put, op_put, op_simple, op_begin, op_claim, op_claim, op_trigger, op_backfill,
               op_lease, op_lease, op_hb, op_complete, op_complete, op_release, op_sweep,
-              op_advance, op_advance, op_alert, op_misc),
+              op_advance, op_advance, op_alert, op_alert, op_misc, op_outbox, op_outbox),
     min_size=10, max_size=45,
 )
 initial_jobs = st.lists(op_put, min_size=len(JOBS), max_size=len(JOBS)).map(
@@ -321,6 +326,47 @@ class Cluster:
         if ids:
             self.apply(c.AckOutbox(epoch=self.epoch, now_ms=self.now,
                                    outbox_id=ids[n % len(ids)], delivered=n % 2 == 0))
+
+    RECEIVERS = (["http://a/h", "cluster"], ["http://b/h", "tenant:t"])
+
+    def op_outbox(self, steps, n):
+        for i, step in enumerate(steps):
+            if step == "wait":
+                self.now += 13_000
+            else:
+                getattr(self, "op_" + step)(n + i)
+
+    def op_enqueue(self, n):
+        """A new outbox row (an alert that is raised once)."""
+        self.apply(c.RaiseAlert(epoch=self.epoch, now_ms=self.now, alert_id=f"once-{self.rid()}",
+                                kind="k"))
+
+    def op_route(self, n):
+        fresh = [r[0] for r in self.q(
+            "SELECT id FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
+            "(SELECT 1 FROM outbox_deliveries d WHERE d.outbox_id = o.id) ORDER BY id")]
+        routes = [[oid, [list(r) for r in self.RECEIVERS[: (n + i + 1) % 3]]]
+                  for i, oid in enumerate(fresh)]
+        self.apply(c.RouteOutbox(epoch=self.epoch, now_ms=self.now, routes=routes))
+
+    def op_deliver(self, n):
+        pending = self.q("SELECT outbox_id, receiver FROM outbox_deliveries "
+                         "WHERE status = 'pending' ORDER BY outbox_id, receiver")
+        results = [[oid, receiver, (n >> (i % 5)) % 2 == 0, "HTTP 503"]
+                   for i, (oid, receiver) in enumerate(pending)]
+        self.apply(c.AckDeliveries(epoch=self.epoch, now_ms=self.now, give_up_ms=25_000,
+                                   max_attempts=(n % 4) or None, results=results))
+
+    def op_retry(self, n):
+        dead = [r[0] for r in self.q(
+            "SELECT DISTINCT outbox_id FROM outbox_deliveries WHERE status = 'dead'")]
+        oid = dead[n % len(dead)] if dead and n % 3 else n
+        self.apply(c.RetryOutbox(self.rid(), self.now, oid,
+                                 "http://a/h" if n % 2 else None))
+
+    def op_webhook_key(self, n):
+        self.apply(c.SetWebhookKey(self.rid(), self.now, ["cluster", "tenant:t"][n % 2],
+                                   f"key-{n}-" + "k" * 32, replace=n % 3 == 0))
 
     def op_prune(self, n):
         self.apply(c.Prune(self.rid(), self.now, before_ms=self.now - n * 1000, limit=5))

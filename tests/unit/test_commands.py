@@ -32,6 +32,10 @@ SAMPLES: list[c.Command] = [
     c.Prune(request_id="r9", now_ms=9, before_ms=5, limit=7),
     c.PutTenant(request_id="r10", now_ms=10, name="acme", max_jobs=5, max_concurrent_runs=2,
                 max_fires_per_minute=60),
+    c.RetryOutbox(request_id="r11", now_ms=10, outbox_id=9, receiver="http://h/x"),
+    c.RetryOutbox(request_id="r12", now_ms=10, outbox_id=9),
+    c.SetWebhookKey(request_id="r13", now_ms=10, owner="tenant:acme", key="k" * 43,
+                    replace=True),
     c.BeginEpoch(term=3, node_id="n1", now_ms=10),
     c.Claim(epoch=3, now_ms=11, items=[["j1", 1, 60_000, 60_500, "fire"],
                                       ["j2", 2, 60_000, 60_000, "misfire"]]),
@@ -41,6 +45,10 @@ SAMPLES: list[c.Command] = [
                  occurrence_id=None, reason="clock"),
     c.ResolveAlert(epoch=3, now_ms=15, alert_id="al"),
     c.AckOutbox(epoch=3, now_ms=16, outbox_id=9, delivered=False, error="503"),
+    c.RouteOutbox(epoch=3, now_ms=16, routes=[[9, [["http://h/x", "cluster"],
+                                                   ["http://t/y", "tenant:acme"]]], [10, []]]),
+    c.AckDeliveries(epoch=3, now_ms=16, give_up_ms=86_400_000, max_attempts=None,
+                    results=[[9, "http://h/x", True, ""], [9, "http://t/y", False, "HTTP 500"]]),
     c.Heartbeat(now_ms=17, worker_id="w", attempts=[["a~1", 3_000_000_001]]),
     c.Complete(now_ms=18, worker_id="w",
                completions=[["a~1", 3_000_000_001, "succeeded", 0, "out\n\u00e9"],
@@ -87,7 +95,7 @@ def test_commands_are_frozen():
 def test_leader_only_flags():
     leader_only = {t for t, cls in c.COMMAND_TYPES.items() if cls.LEADER_ONLY}
     assert leader_only == {"claim", "lease", "sweep", "raise_alert", "resolve_alert",
-                           "ack_outbox"}
+                           "ack_outbox", "route_outbox", "ack_deliveries"}
     for t in leader_only:
         assert "epoch" in {f.name for f in dataclasses.fields(c.COMMAND_TYPES[t])}
 

@@ -23,11 +23,14 @@ def write(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def test_webhooks_merge_config_and_flags_and_secret_defaults_to_cluster(tmp_path: Path) -> None:
+def test_webhooks_merge_config_and_flags_and_secret_never_defaults_to_cluster(
+        tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path, 'webhooks = ["http://a/h"]')),
                       {"webhooks": ["http://b/h", "http://a/h"]})
     assert cfg.webhooks == ("http://a/h", "http://b/h")
-    assert cfg.read_webhook_secret() == b"x" * 32
+    assert cfg.read_secret() == "x" * 32
+    # Without a file, the generated cluster webhook key signs (leader.webhook_keys).
+    assert cfg.read_webhook_secret() is None
     (tmp_path / "w").write_text("hook\n")
     cfg = load_config(str(write(tmp_path, 'webhook_secret_file = "w"\n'
                                           'watchdog_url = "http://dog/ping"')))
@@ -76,3 +79,19 @@ def test_herd_counts_per_minute_and_caps_work() -> None:
     assert herd["peak"] == {"at": "2026-01-01T00:00:00Z", "count": 2}
     capped = compute_herd([spec("s", "* * * * * *")], T0, 24, 60, cap=1000)
     assert capped["truncated"] and capped["total"] == 1000
+
+
+def test_outbox_give_up_defaults_to_a_day_and_takes_a_duration(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path)))
+    assert (cfg.outbox_give_up_s, cfg.outbox_give_up_attempts) == (86400.0, None)
+    cfg = load_config(str(write(tmp_path, 'outbox_give_up = "2h"\noutbox_give_up_attempts = 5')))
+    assert (cfg.outbox_give_up_s, cfg.outbox_give_up_attempts) == (7200.0, 5)
+
+
+@pytest.mark.parametrize("extra", ['outbox_give_up = "soon"', 'outbox_give_up = "off"',
+                                   "outbox_give_up = 0", "outbox_give_up_attempts = 0",
+                                   'outbox_give_up_attempts = "3"',
+                                   "outbox_give_up_attempts = true"])
+def test_bad_outbox_give_up_is_a_config_error(tmp_path: Path, extra: str) -> None:
+    with pytest.raises(ConfigError, match="outbox_give_up"):
+        load_config(str(write(tmp_path, extra)))

@@ -36,6 +36,7 @@ from raftcron.core.commands import AckOutbox
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.state.db import ThreadReader
+from raftcron.state.tenants import allowed_notify_urls
 
 log = logging.getLogger("raftcron.outbox")
 
@@ -153,9 +154,11 @@ class OutboxDelivery:
             job_id = payload.get("job_id")
             if isinstance(job_id, str):
                 if job_id not in specs:
-                    got = conn.execute("SELECT json_extract(spec, '$.notify') FROM jobs "
-                                       "WHERE id = ?", (job_id,)).fetchone()
-                    specs[job_id] = tuple(json.loads(got[0])) if got and got[0] else ()
+                    got = conn.execute("SELECT json_extract(spec, '$.notify'), tenant "
+                                       "FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                    urls = tuple(json.loads(got[0])) if got and got[0] else ()
+                    # The tenant's current policy, not the one the job was saved under.
+                    specs[job_id] = allowed_notify_urls(conn, got[1], urls) if urls else ()
                 targets += specs[job_id]
             rows.append(Row(oid, event, payload, attempts, created,
                             tuple(dict.fromkeys(targets))))

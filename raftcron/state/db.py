@@ -46,8 +46,28 @@ def open_writer(path: str, schema: str | None = None) -> sqlite3.Connection:
     # Checkpoints run on a background connection (see Checkpointer), not inside the
     # COMMIT of whichever apply happened to cross the WAL threshold.
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.executescript(schema_sql() if schema is None else schema)
+    if schema is None:
+        ensure_schema(conn)
+    else:
+        conn.executescript(schema)
     return conn
+
+
+# Columns added to existing tables after their first release: `CREATE TABLE IF NOT EXISTS`
+# leaves an older database's table as it was, so they are added here (NULL in old rows).
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "tenants": (("queues", "TEXT"), ("targets", "TEXT"), ("http_hosts", "TEXT")),
+}
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create missing tables and indexes, and add the columns an older database lacks."""
+    conn.executescript(schema_sql())
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, decl in columns:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
 
 class Checkpointer:

@@ -145,6 +145,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from raftcron.worker.isolation import IsolationError
     from raftcron.worker.runner import WorkerOptions
     from raftcron.worker.runner import main as worker_main
 
@@ -156,8 +157,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not 0 <= args.refused_grace_s <= 86_400:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
-    return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None,
-                       options=WorkerOptions(refused_grace_s=args.refused_grace_s))
+    try:
+        token, run_as = worker_credentials(args)
+    except IsolationError as e:
+        return _fail(str(e))
+    return worker_main(servers, queues, args.concurrency, worker_id, token=token,
+                       options=WorkerOptions(refused_grace_s=args.refused_grace_s),
+                       run_as=run_as)
+
+
+def worker_credentials(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The worker's token (`--token-file`, else `--token` / $RAFTCRON_TOKEN) and the
+    account its shell jobs run as (`--run-as`)."""
+    from raftcron.worker.isolation import IsolationError, read_token_file, resolve_run_as
+
+    run_as = resolve_run_as(args.run_as) if args.run_as else None
+    from_env = os.environ.pop("RAFTCRON_TOKEN", None)  # jobs inherit os.environ
+    if args.token_file:
+        if args.token and args.token != from_env:
+            raise IsolationError("give the token with --token or --token-file, not both")
+        return read_token_file(args.token_file), run_as
+    if args.token and args.token == from_env:
+        logging.getLogger("raftcron.worker").warning(
+            "the worker token came from $RAFTCRON_TOKEN: a job can read it in "
+            "/proc/<worker pid>/environ; start the worker with --token-file instead")
+    return args.token or None, run_as
 
 
 # --- API clients -------------------------------------------------------------------------------
@@ -516,6 +540,12 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--concurrency", type=int, default=4)
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
+    wp.add_argument("--token-file",
+                    help="read the token from this file (mode 0600); keeps it out of the "
+                         "worker's environment, where jobs could read it")
+    wp.add_argument("--run-as", metavar="USER",
+                    help="run shell jobs as this user and its groups (the worker must run "
+                         "as root)")
     wp.add_argument("--refused-grace-s", type=float, default=60.0,
                     help="how long to keep asking while the token or queues are refused "
                          "(401/403) before the first lease, e.g. while a tokens file reaches "

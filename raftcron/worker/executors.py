@@ -26,6 +26,7 @@ from typing import Any, Literal
 import httpx
 
 from raftcron.worker.client import Lease
+from raftcron.worker.isolation import RunAs
 
 log = logging.getLogger("raftcron.worker")
 
@@ -136,15 +137,24 @@ async def run_shell(
     cancel: Cancel | None = None,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     output_limit: int = OUTPUT_LIMIT,
+    run_as: RunAs | None = None,
 ) -> RunResult:
-    """Run `command` under `/bin/sh -c` in a new process group and capture its output tail."""
+    """Run `command` under `/bin/sh -c` in a new process group and capture its output tail
+    (as `run_as`'s uid, gid and groups when given)."""
+    env = dict(os.environ if env is None else env)
+    account: dict[str, Any] = {}
+    if run_as is not None:
+        env.update(run_as.env())
+        account = {"user": run_as.uid, "group": run_as.gid,
+                   "extra_groups": list(run_as.groups)}
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh", "-c", command,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env=dict(os.environ if env is None else env),
+        env=env,
         start_new_session=True,
+        **account,
     )
     if max_runtime_s is not None and max_runtime_s <= 0:
         max_runtime_s = None
@@ -337,6 +347,7 @@ async def execute(
     cancel: Cancel | None = None,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     http_transport: httpx.AsyncBaseTransport | None = None,
+    run_as: RunAs | None = None,
 ) -> RunResult:
     """Run a lease's target. An unknown or malformed target fails without running."""
     target = lease.target
@@ -347,6 +358,7 @@ async def execute(
             max_runtime_s=lease.max_runtime_s,
             cancel=cancel,
             kill_grace_s=kill_grace_s,
+            run_as=run_as,
         )
     if "http" in target and isinstance(target["http"], Mapping) and target["http"].get("url"):
         return await run_http(

@@ -49,6 +49,8 @@ class NodeConfig:
     # Finished history older than this is pruned ("7d", "12h", "off"; None: the default,
     # $RAFTCRON_RETENTION or 7 days). Validated at load; read by node.retention_of.
     retention: str | None = None
+    # The audit trail of writes (api.audit): a file to append JSON lines to; None: stderr.
+    audit_log: str | None = None
 
     @property
     def http_url(self) -> str:
@@ -185,6 +187,12 @@ def _retention(value: Any) -> str | None:
     return str(value)
 
 
+def _audit_log(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError("config 'audit_log' must be a file path")
+    return value
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -249,4 +257,5 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         tls_cert=rel(tls_cert) if tls_cert else None,
         tls_key=rel(tls_key) if tls_key else None,
         retention=_retention(data.get("retention")),
+        audit_log=rel(_audit_log(data.get("audit_log"))) if data.get("audit_log") else None,
     )

@@ -9,9 +9,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from raftcron.auth import create_token
 from raftcron.testing import LocalCluster, wait_until
 
 pytestmark = pytest.mark.system
@@ -193,3 +198,57 @@ def test_a_job_run_as_nobody_cannot_read_the_token_file_or_the_worker(
     expected_home = home if os.path.isdir(home) else "/"
     assert out.split()[0] == str(pwd.getpwnam("nobody").pw_uid), out
     assert f"HOME={expected_home} USER=nobody" in out, out
+
+
+def raftcron(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAFTCRON_TOKEN"}
+    return subprocess.run([sys.executable, "-m", "raftcron", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_expired_and_revoked_tokens_are_refused_and_list_shows_no_secret(
+        cl: LocalCluster) -> None:
+    tokens = str(cl.tokens_file)
+    old = create_token(tokens, ["read"], "expired-one", expires_in_s=60,
+                       now=time.time() - 120)
+    assert call_status(cl, old) == 401
+    fresh = raftcron("token", "create", "--scope", "read", "--name", "to-revoke",
+                     "--expires-in", "30d", "--tokens-file", tokens)
+    assert fresh.returncode == 0, fresh.stderr
+    token = fresh.stdout.strip()
+    assert call_status(cl, token) == 200
+    listed = raftcron("token", "list", "--json", "--config", str(cl.configs[0]))
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)["tokens"]}
+    assert rows["to-revoke"]["last_used_at"] is not None  # n1 saw it used just now
+    assert rows["to-revoke"]["expires_at"] - rows["to-revoke"]["created_at"] == 30 * 86_400
+    assert rows["expired-one"]["expired"] is True
+    assert token not in listed.stdout and "sha256" not in listed.stdout
+    revoked = raftcron("token", "revoke", "to-revoke", "--tokens-file", tokens)
+    assert revoked.returncode == 0, revoked.stderr
+    for nid in cl.ids:
+        assert call_status(cl, token, nid) == 401
+    missing = raftcron("token", "revoke", "to-revoke", "--tokens-file", tokens)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+def call_status(cl: LocalCluster, token: str, nid: str = "n1") -> int:
+    return httpx.get(cl.urls[nid] + "/v1/jobs", headers=cl.auth_headers(token),
+                     timeout=15).status_code
+
+
+def test_writes_are_in_the_audit_trail_with_the_principal(cl: LocalCluster) -> None:
+    team = cl.create_token("tenant:team-audit", name="team-audit")
+    call(cl, cl.admin_token, "PUT", "/v1/tenants/team-audit", {"queues": ["qa"]})
+    resp = call(cl, team, "POST", "/v1/jobs", job("audit-1", "team-audit", queue="qb"))
+    request_id = resp.headers["x-request-id"]
+
+    def logged() -> dict[str, Any] | None:
+        for line in (cl.root / "n1.log").read_text().splitlines():
+            if line.startswith("raftcron-audit: ") and request_id in line:
+                return json.loads(line.split(": ", 1)[1])
+        return None
+
+    record = wait_until(logged, 10, message="the audit line")
+    assert (record["principal"], record["method"], record["path"], record["status"],
+            record["outcome"]) == ("team-audit", "POST", "/v1/jobs", 403, "denied")

@@ -55,6 +55,9 @@ class Lease:
     target: Mapping[str, Any]
     max_runtime_s: int | None
     heartbeat_interval_s: int
+    http_rule: Mapping[str, Any] | None = None
+    """The tenant's host rule, checked again on the resolved addresses (worker.egress);
+    None: the tenant has no policy."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
@@ -70,6 +73,7 @@ class Lease:
             target=d.get("target") or {},
             max_runtime_s=None if runtime is None else int(runtime),
             heartbeat_interval_s=max(1, int(d.get("heartbeat_interval_s") or 10)),
+            http_rule=d.get("http_rule") if isinstance(d.get("http_rule"), Mapping) else None,
         )
 
     def ref(self) -> dict[str, Any]:

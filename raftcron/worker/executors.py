@@ -26,6 +26,7 @@ from typing import Any, Literal
 import httpx
 
 from raftcron.worker.client import Lease
+from raftcron.worker.egress import EgressRefused, pin
 from raftcron.worker.isolation import RunAs
 
 log = logging.getLogger("raftcron.worker")
@@ -249,6 +250,7 @@ async def run_http(
     transport: httpx.AsyncBaseTransport | None = None,
     default_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
     output_limit: int = OUTPUT_LIMIT,
+    extensions: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Send the request described by `spec` ({url, method, headers, body}).
 
@@ -279,7 +281,8 @@ async def run_http(
         collected = _HeadTail(output_limit)
         async with (
             httpx.AsyncClient(transport=transport, timeout=limit_s) as client,
-            client.stream(method, url, headers=headers, content=content) as resp,
+            client.stream(method, url, headers=headers, content=content,
+                          extensions=dict(extensions or {})) as resp,
         ):
             async for chunk in resp.aiter_bytes():
                 collected.write(chunk)
@@ -361,8 +364,21 @@ async def execute(
             run_as=run_as,
         )
     if "http" in target and isinstance(target["http"], Mapping) and target["http"].get("url"):
+        spec: Mapping[str, Any] = target["http"]
+        extensions: dict[str, Any] = {}
+        if lease.http_rule is not None:
+            try:
+                pinned = await pin(str(spec["url"]), lease.http_rule)
+            except EgressRefused as e:
+                return RunResult("failed", None, f"[raftcron] not sent: {e}\n")
+            spec = {**spec, "url": pinned.url, "headers": {
+                **{k: v for k, v in (spec.get("headers") or {}).items()
+                   if str(k).lower() != "host"}, "Host": pinned.host_header}}
+            if pinned.sni_hostname:
+                extensions["sni_hostname"] = pinned.sni_hostname
         return await run_http(
-            target["http"],
+            spec,
+            extensions=extensions,
             extra_headers={
                 "Idempotency-Key": lease.idempotency_key,
                 "X-Raftcron-Fencing-Token": str(lease.fencing_token),

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from raftcron.core import commands as c
-from raftcron.state.db import open_writer
+from raftcron.state.db import open_writer, schema_sql
 from raftcron.state.digest import digest
 from tests.integration.test_tenants import T0, Node
 
@@ -114,5 +114,15 @@ def test_a_database_from_before_policies_is_migrated_and_behaves_as_before(
     assert [r[1] for r in fresh.execute("PRAGMA table_info(tenants)")] == cols
     # Reopening is a no-op; the migrated database digests like a fresh one.
     again = open_writer(str(path))
-    again.execute("DELETE FROM tenants")
+    fresh.execute("INSERT INTO tenants (name, max_jobs, updated_ms) VALUES ('acme', 1, 5)")
     assert digest(again) == digest(fresh)
+    # ... and like a node of the previous version (no policy columns: a rolling upgrade
+    # waits for equal digests), until a policy is set.
+    previous = sqlite3.connect(tmp_path / "previous-version.db", isolation_level=None)
+    previous.executescript(schema_sql())
+    for column in ("queues", "targets", "http_hosts"):
+        previous.execute(f"ALTER TABLE tenants DROP COLUMN {column}")
+    previous.execute("INSERT INTO tenants VALUES ('acme', 1, NULL, NULL, 5)")
+    assert digest(previous) == digest(again)
+    again.execute("UPDATE tenants SET queues = '[\"qa\"]'")
+    assert digest(previous) != digest(again)

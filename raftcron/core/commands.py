@@ -130,6 +130,15 @@ class PutTenant(Command):
     targets: list[str] | None = None
     http_hosts: list[str] | None = None
 
+    def args(self) -> dict[str, Any]:
+        """Policy fields that are None are left out: an entry without a policy stays
+        readable by a node of the previous version during a rolling upgrade."""
+        out = Command.args(self)
+        for name in ("queues", "targets", "http_hosts"):
+            if out[name] is None:
+                del out[name]
+        return out
+
 
 # --- leader-only commands ----------------------------------------------------------------
 

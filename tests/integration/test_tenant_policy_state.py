@@ -126,3 +126,12 @@ def test_a_database_from_before_policies_is_migrated_and_behaves_as_before(
     assert digest(previous) == digest(again)
     again.execute("UPDATE tenants SET queues = '[\"qa\"]'")
     assert digest(previous) != digest(again)
+
+
+def test_a_put_tenant_without_policy_encodes_as_the_previous_version_did() -> None:
+    quotas = c.PutTenant("r", 1, "acme", max_jobs=5)
+    assert c.encode(quotas) == (
+        b'{"v":1,"t":"put_tenant","a":{"request_id":"r","now_ms":1,"name":"acme",'
+        b'"max_jobs":5,"max_concurrent_runs":null,"max_fires_per_minute":null}}')
+    with_policy = c.PutTenant("r", 1, "acme", queues=["qa"], http_hosts=[])
+    assert c.decode(c.encode(with_policy)) == with_policy

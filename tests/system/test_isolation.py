@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -252,3 +253,41 @@ def test_writes_are_in_the_audit_trail_with_the_principal(cl: LocalCluster) -> N
     record = wait_until(logged, 10, message="the audit line")
     assert (record["principal"], record["method"], record["path"], record["status"],
             record["outcome"]) == ("team-audit", "POST", "/v1/jobs", 403, "denied")
+
+
+def test_a_cluster_whose_state_predates_policies_starts_and_behaves_as_before(
+        tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path / "old-state")
+    try:
+        c.start()
+        c.wait_leader(timeout=30)
+        c.wait_serving()
+        assert call(c, c.admin_token, "PUT", "/v1/tenants/legacy",
+                    {"max_jobs": 5}).status_code == 200
+        legacy = c.create_token("tenant:legacy", name="legacy")
+        created = call(c, legacy, "POST", "/v1/jobs", job("old-1", "legacy", queue="any-q"))
+        assert created.status_code == 201, created.text
+        c.wait_converged()
+        c.stop_all()
+        for nid in c.ids:  # the state as the previous version left it
+            db = sqlite3.connect(c.root / nid / "state.db")
+            for column in ("queues", "targets", "http_hosts"):
+                db.execute(f"ALTER TABLE tenants DROP COLUMN {column}")
+            db.commit()
+            db.close()
+        c.start()
+        c.wait_leader(timeout=30)
+        c.wait_serving()
+        shown = call(c, c.admin_token, "GET", "/v1/tenants/legacy?consistent=true").json()
+        assert (shown["max_jobs"], shown["queues"], shown["policy_set"]) == (5, None, False)
+        again = call(c, legacy, "POST", "/v1/jobs", job("old-2", "legacy", queue="other-q",
+                                                         target={"http": {
+                                                             "url": "http://127.0.0.1:9/"}}))
+        assert again.status_code == 201, again.text  # no policy: as before
+        call(c, c.admin_token, "PUT", "/v1/tenants/legacy", {"max_jobs": 5, "queues": ["q"]})
+        refused(call(c, legacy, "POST", "/v1/jobs", job("old-3", "legacy", queue="other-q")),
+                403, "queue")
+        digests = c.wait_converged()
+        assert len({d["digest"] for d in digests.values()}) == 1
+    finally:
+        c.close()

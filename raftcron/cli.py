@@ -103,29 +103,85 @@ def cmd_node(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_token_create(args: argparse.Namespace) -> int:
-    from raftcron.auth import AuthError, create_token, validate_scopes
+def _tokens_path(args: argparse.Namespace) -> tuple[str, Any]:
+    """The tokens file named by --tokens-file or by --config's `tokens_file` (and that
+    config, or None)."""
     from raftcron.config import ConfigError, load_config
+
+    if args.tokens_file:
+        return args.tokens_file, None
+    config = load_config(args.config)
+    if config.tokens_file is None:
+        raise ConfigError(f"config {args.config!r} has auth = \"off\": it uses no "
+                          "tokens file")
+    return config.tokens_file, config
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from raftcron.auth import AuthError, create_token, parse_expires_in, validate_scopes
+    from raftcron.config import ConfigError
 
     try:
         validate_scopes(args.scope or [])
-        if args.tokens_file:
-            path = args.tokens_file
-        else:
-            config = load_config(args.config)
-            if config.tokens_file is None:
-                raise ConfigError(f"config {args.config!r} has auth = \"off\": it uses no "
-                                  "tokens file")
-            path = config.tokens_file
+        expires_in = parse_expires_in(args.expires_in) if args.expires_in else None
+        path, _ = _tokens_path(args)
         if args.name is not None and not (1 <= len(args.name) <= 64
                                           and args.name.isprintable()):
             raise AuthError("--name must be 1-64 printable characters")
-        token = create_token(path, args.scope, args.name or "")
+        token = create_token(path, args.scope, args.name or "", expires_in)
     except (AuthError, ConfigError, OSError) as e:
         return _fail(str(e))
     print(token)
     print(f"raftcron: token with scopes {' '.join(args.scope)} added to {path}; it is shown "
           "only now (nodes pick it up without a restart)", file=sys.stderr)
+    return 0
+
+
+def _when(unix_s: Any) -> str:
+    return "-" if not isinstance(unix_s, int | float) else time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    """Names, scopes, created, last used (as the --config node saw it) and expiry."""
+    from raftcron.auth import TOKEN_USAGE_FILE, AuthError, list_tokens, read_usage
+    from raftcron.config import ConfigError
+
+    try:
+        path, config = _tokens_path(args)
+        usage = read_usage(os.path.join(config.data_dir, TOKEN_USAGE_FILE)) if config else {}
+        rows = list_tokens(path, usage)
+    except (AuthError, ConfigError, OSError) as e:
+        return _fail(str(e))
+    now = time.time()
+    for row in rows:
+        row["expired"] = row["expires_at"] is not None and now >= row["expires_at"]
+    if args.json:
+        print(json.dumps({"tokens": rows}, indent=2))
+        return 0
+    print(f"{'NAME':<24} {'SCOPES':<28} {'CREATED':<21} {'LAST USED':<21} EXPIRES")
+    for r in rows:
+        expires = _when(r["expires_at"]) + (" (expired)" if r["expired"] else "")
+        print(f"{r['name']:<24} {','.join(r['scopes']):<28} {_when(r['created_at']):<21} "
+              f"{_when(r['last_used_at']):<21} {expires}")
+    if config is None:
+        print("raftcron: last-used times are kept per node: pass --config <node.toml> to "
+              "see that node's", file=sys.stderr)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    from raftcron.auth import AuthError, revoke_token
+    from raftcron.config import ConfigError
+
+    try:
+        path, _ = _tokens_path(args)
+        removed = revoke_token(path, args.name)
+    except (AuthError, ConfigError, OSError) as e:
+        return _fail(str(e))
+    print(f"raftcron: revoked {removed} token(s) named {args.name!r} in {path} (nodes refuse "
+          "it as soon as they see the file change; copy the file to every node)",
+          file=sys.stderr)
     return 0
 
 
@@ -145,6 +201,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from raftcron.worker.isolation import IsolationError
     from raftcron.worker.runner import WorkerOptions
     from raftcron.worker.runner import main as worker_main
 
@@ -156,9 +213,32 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not 0 <= args.refused_grace_s <= 86_400:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
-    return worker_main(servers, queues, args.concurrency, worker_id, token=args.token or None,
+    try:
+        token, run_as = worker_credentials(args)
+    except IsolationError as e:
+        return _fail(str(e))
+    return worker_main(servers, queues, args.concurrency, worker_id, token=token,
                        options=WorkerOptions(refused_grace_s=args.refused_grace_s,
-                                             secrets_file=args.secrets_file))
+                                             secrets_file=args.secrets_file),
+                       run_as=run_as)
+
+
+def worker_credentials(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The worker's token (`--token-file`, else `--token` / $RAFTCRON_TOKEN) and the
+    account its shell jobs run as (`--run-as`)."""
+    from raftcron.worker.isolation import IsolationError, read_token_file, resolve_run_as
+
+    run_as = resolve_run_as(args.run_as) if args.run_as else None
+    from_env = os.environ.pop("RAFTCRON_TOKEN", None)  # jobs inherit os.environ
+    if args.token_file:
+        if args.token and args.token != from_env:
+            raise IsolationError("give the token with --token or --token-file, not both")
+        return read_token_file(args.token_file), run_as
+    if args.token and args.token == from_env:
+        logging.getLogger("raftcron.worker").warning(
+            "the worker token came from $RAFTCRON_TOKEN: a job can read it in "
+            "/proc/<worker pid>/environ; start the worker with --token-file instead")
+    return args.token or None, run_as
 
 
 # --- API clients -------------------------------------------------------------------------------
@@ -518,6 +598,12 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--concurrency", type=int, default=4)
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
+    wp.add_argument("--token-file",
+                    help="read the token from this file (mode 0600); keeps it out of the "
+                         "worker's environment, where jobs could read it")
+    wp.add_argument("--run-as", metavar="USER",
+                    help="run shell jobs as this user and its groups (the worker must run "
+                         "as root)")
     wp.add_argument("--refused-grace-s", type=float, default=60.0,
                     help="how long to keep asking while the token or queues are refused "
                          "(401/403) before the first lease, e.g. while a tokens file reaches "
@@ -582,10 +668,18 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--scope", action="append", required=True,
                     help="admin, read, worker[:q1,q2] or tenant:<name> (repeatable)")
     tc.add_argument("--name", help="a label for the token (shown in 403 messages)")
-    where = tc.add_mutually_exclusive_group(required=True)
-    where.add_argument("--tokens-file", help="the tokens file to add to")
-    where.add_argument("--config", help="a node config: add to its tokens_file")
-    tc.set_defaults(func=cmd_token_create)
+    tc.add_argument("--expires-in", help="refuse the token after this long (90s, 12h, 30d, 2w)")
+    tl = tsub.add_parser("list", help="names, scopes, created, last used, expiry (never the "
+                                      "tokens)")
+    tl.add_argument("--json", action="store_true")
+    tr = tsub.add_parser("revoke", help="remove the tokens with this name")
+    tr.add_argument("name")
+    for parser, func in ((tc, cmd_token_create), (tl, cmd_token_list), (tr, cmd_token_revoke)):
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--tokens-file", help="the tokens file")
+        where.add_argument("--config", help="a node config: its tokens_file (and data_dir, "
+                                            "for last-used times)")
+        parser.set_defaults(func=func)
     return p
 
 

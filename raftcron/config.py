@@ -54,6 +54,8 @@ class NodeConfig:
     # try ("24h"), or at this many failed tries (None: no count bound).
     outbox_give_up_s: float = 24 * 3600.0
     outbox_give_up_attempts: int | None = None
+    # The audit trail of writes (api.audit): a file to append JSON lines to; None: stderr.
+    audit_log: str | None = None
 
     @property
     def http_url(self) -> str:
@@ -210,6 +212,12 @@ def _give_up(data: dict[str, Any]) -> tuple[float, int | None]:
     return seconds, attempts
 
 
+def _audit_log(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError("config 'audit_log' must be a file path")
+    return value
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -277,4 +285,5 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         retention=_retention(data.get("retention")),
         outbox_give_up_s=give_up_s,
         outbox_give_up_attempts=give_up_attempts,
+        audit_log=rel(_audit_log(data.get("audit_log"))) if data.get("audit_log") else None,
     )

@@ -22,6 +22,7 @@ WORKER_TOKEN_FILE = "worker.token"
 
 def _keep_token(path: Path, token: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file kept from an earlier run may have had another mode
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
 
@@ -102,6 +103,7 @@ def _spawn(args: list[str], log_path: Path, token: str | None = None
     env.pop("RAFTCRON_TOKEN", None)
     if token:
         env["RAFTCRON_TOKEN"] = token  # not on the command line: ps shows arguments
+    # Workers get theirs through --token-file: a job can read /proc/<worker>/environ.
     return subprocess.Popen([sys.executable, "-m", "raftcron", *args], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
@@ -199,7 +201,7 @@ def _print_banner(root: Path, urls: list[str], leader: str | None, admin_token: 
 def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     root = Path(data_dir).resolve()
     configs = write_cluster_configs(root, nodes, port_base)
-    admin_token, worker_token = local_tokens(root)
+    admin_token, _ = local_tokens(root)  # the worker reads its token file
     urls = [f"http://127.0.0.1:{port_base + i}" for i in range(nodes)]
     stopping = False
     code = 0
@@ -221,10 +223,13 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
         if stopping:  # Ctrl-C while the nodes started
             return code
         # Workers start once the nodes answer: earlier, their first polls only log errors.
+        # The token file, not the environment: /proc/<pid>/environ of the worker shows the
+        # environment it was started with, and its jobs run as the same user.
         worker_children = [
             Child(f"worker local-w{i + 1}",
-                  ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}"],
-                  root / f"worker{i + 1}.log", worker_token) for i in range(workers)]
+                  ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}",
+                   "--token-file", str(root / WORKER_TOKEN_FILE)],
+                  root / f"worker{i + 1}.log") for i in range(workers)]
         children += worker_children
         for child in worker_children:
             child.start()

@@ -97,14 +97,19 @@ class LocalCluster:
             )
 
     def start_worker(self, worker_id: str, concurrency: int = 4,
-                     queues: str = "default", token: str | None = None
-                     ) -> subprocess.Popen[bytes]:
+                     queues: str = "default", token: str | None = None,
+                     extra_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        """A worker with `token` (default: the worker token) in its environment, or, when
+        `extra_args` holds `--token-file`, with none there."""
         log = open(self.root / f"worker-{worker_id}.log", "ab")
-        env = {**os.environ, "RAFTCRON_TOKEN": token or self.worker_token}
+        env = dict(os.environ)
+        env.pop("RAFTCRON_TOKEN", None)
+        if "--token-file" not in extra_args:
+            env["RAFTCRON_TOKEN"] = token or self.worker_token
         proc = subprocess.Popen(
             [sys.executable, "-m", "raftcron", "worker", "--server",
              ",".join(self.urls.values()), "--id", worker_id, "--concurrency",
-             str(concurrency), "--queues", queues],
+             str(concurrency), "--queues", queues, *extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         self.workers.append(proc)

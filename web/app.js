@@ -282,6 +282,16 @@ function renderWorkers(tbody, workers) {
   ]), "no worker has run anything yet");
 }
 
+function renderTenants(tbody, tenants) {
+  const list = (v) => (v === null ? "any" : v.length ? v.join(", ") : "none");
+  const quota = (t) => ["max_jobs", "max_concurrent_runs", "max_fires_per_minute"]
+    .filter((k) => t[k] !== null).map((k) => `${k} ${t[k]}`).join(", ") || "unlimited";
+  fillRows(tbody, tenants.map((t) => [
+    el("th", { scope: "row" }, t.name), td(quota(t)), td(list(t.queues)), td(list(t.targets)),
+    td(t.policy_set && t.http_hosts === null ? "any public host" : list(t.http_hosts)),
+  ]), "no tenant has quotas or a policy");
+}
+
 function renderHerd(container, herd) {
   const counts = herd.counts;
   const max = Math.max(1, ...counts);
@@ -327,9 +337,9 @@ async function refresh() {
   const results = await Promise.allSettled([
     readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
     api("/v1/alerts?status=resolved&limit=10"), api("/v1/status/jobs"),
-    api("/v1/attempts?status=running&limit=100"), api("/v1/workers"),
+    api("/v1/attempts?status=running&limit=100"), api("/v1/workers"), api("/v1/tenants"),
   ]);
-  const [ready, nodes, open, resolved, jobs, running, workers] =
+  const [ready, nodes, open, resolved, jobs, running, workers, tenants] =
     results.map((r) => (r.status === "fulfilled" ? r.value : null));
   const failed = results.filter((r) => r.status === "rejected");
   if (nodes) {
@@ -350,6 +360,7 @@ async function refresh() {
   }
   if (running) render("running", running.attempts, $("#running tbody"), renderRunning);
   if (workers) render("workers", workers.workers, $("#workers tbody"), renderWorkers);
+  if (tenants) render("tenants", tenants.tenants, $("#tenants tbody"), renderTenants);
   // A refused or new token that now works: say so (a 403 from an action stays visible).
   if (!failed.some((r) => r.reason && (r.reason.status === 401 || r.reason.status === 403))
       && authState !== "ok") {

@@ -32,10 +32,12 @@ from raftcron.api import (
     webhook_keys,
     workers,
 )
+from raftcron.api.audit import AuditMiddleware, AuditSink
 from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
 from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
 from raftcron.api.openapi import openapi_spec
+from raftcron.auth import TOKEN_USAGE_FILE
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -145,7 +147,9 @@ def create_app(node: Node) -> Starlette:
     ctx = ApiContext(node)
     config = node.config
     secret = config.read_secret()
-    authenticator = Authenticator(config.tokens_file, config.auth_off, secret)
+    authenticator = Authenticator(config.tokens_file, config.auth_off, secret,
+                                  usage_file=os.path.join(config.data_dir, TOKEN_USAGE_FILE))
+    audit = AuditSink(config.audit_log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -159,11 +163,15 @@ def create_app(node: Node) -> Starlette:
         finally:
             await app.state.http.aclose()
             await ctx.close()
+            if authenticator.store is not None:
+                authenticator.store.flush_usage()
+            audit.close()
 
     app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
-        middleware=[Middleware(AuthMiddleware, authenticator=authenticator)],
+        middleware=[Middleware(AuditMiddleware, sink=audit, node_id=config.node_id),
+                    Middleware(AuthMiddleware, authenticator=authenticator)],
         exception_handlers={
             HTTPError: _http_error,
             ValidationError: _validation_error,

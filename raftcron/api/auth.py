@@ -57,10 +57,10 @@ def is_open(method: str, path: str) -> bool:
 class Authenticator:
     """Maps an Authorization header to a principal (None: not authenticated)."""
 
-    def __init__(self, tokens_file: str | None, auth_off: bool, node_secret: str | None
-                 ) -> None:
+    def __init__(self, tokens_file: str | None, auth_off: bool, node_secret: str | None,
+                 usage_file: str | None = None) -> None:
         self.auth_off = auth_off
-        self.store = TokenStore(tokens_file) if tokens_file else None
+        self.store = TokenStore(tokens_file, usage_file) if tokens_file else None
         self._node_digest = (hashlib.sha256(node_token(node_secret).encode()).digest()
                              if node_secret else None)
 
@@ -124,18 +124,18 @@ class AuthMiddleware:
         principal = self.auth.authenticate(header)
         if principal is None and not is_open(method, path):
             message = ("an Authorization: Bearer <token> header is required" if not header
-                       else "the bearer token is not valid")
+                       else "the bearer token is not valid (unknown, revoked or expired)")
             await _send(send, 401, "unauthorized", message, "Authorization",
                         {"www-authenticate": 'Bearer realm="raftcron"'
                          + ("" if not header else ', error="invalid_token"')})
             return
         if principal is not None:
+            scope.setdefault("state", {})[STATE_KEY] = principal  # the audit log names it
             denial = None if is_open(method, path) else coarse_denial(principal, method, path)
             if denial is not None:
                 await _send(send, 403, "forbidden", f"token {principal.name!r} {denial}",
                             "Authorization", {})
                 return
-            scope.setdefault("state", {})[STATE_KEY] = principal
         await self.app(scope, receive, send)
 
 

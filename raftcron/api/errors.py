@@ -25,6 +25,7 @@ REJECTION_STATUS = {
     errors.INVALID_STATE: 409,
     errors.STALE_EPOCH: 503,
     errors.QUOTA_EXCEEDED: 403,
+    errors.POLICY_DENIED: 403,
     errors.RATE_LIMITED: 429,
     errors.FORBIDDEN: 403,
     errors.IDEMPOTENCY_KEY_REUSED: 422,

@@ -18,6 +18,7 @@ from raftcron.api.auth import (
 )
 from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
+from raftcron.api.policy import refuse_batch_outside_policy
 from raftcron.core import commands as c
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
@@ -149,6 +150,7 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
             raise ValidationError(field, e.message) from None
     for job in jobs:
         require_tenant_write(request, job.tenant)
+    await refuse_batch_outside_policy(ctx, jobs)
     # Entries of at most CREATE_JOBS_CHUNK jobs, one after another: each apply stays short
     # (it runs on the Raft thread, which must keep sending heartbeats). A retry with the same
     # Idempotency-Key gets each chunk's stored result rather than creating anything twice.

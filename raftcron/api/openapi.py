@@ -49,9 +49,16 @@ JOB_INPUT: dict[str, Any] = {
 QUOTA = {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000}
 TENANT_INPUT: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
-    "description": "Quotas of one tenant; a missing or null quota is unlimited",
+    "description": "Quotas and policy of one tenant; the body replaces every field: a "
+                   "missing or null quota is unlimited, a missing or null policy list is any",
     "properties": {"max_jobs": QUOTA, "max_concurrent_runs": QUOTA,
-                   "max_fires_per_minute": QUOTA},
+                   "max_fires_per_minute": QUOTA,
+                   "queues": {"type": ["array", "null"], "maxItems": 100, "items": {
+                       "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}},
+                   "targets": {"type": ["array", "null"], "items": {
+                       "type": "string", "enum": ["shell", "http"]}},
+                   "http_hosts": {"type": ["array", "null"], "maxItems": 100, "items": {
+                       "type": "string", "description": "a host, *.domain, or an IP"}}},
 }
 AUTH_ERRORS = (401, 403)
 
@@ -178,7 +185,7 @@ def _spec() -> dict[str, Any]:
             "/v1/tenants/{name}": {
                 "get": _op("One tenant's quotas", params=[_path_param("name")],
                            errors=(400, 404)),
-                "put": _op("Set a tenant's quotas (admin)", body=TENANT_INPUT,
+                "put": _op("Set a tenant's quotas and policy (admin)", body=TENANT_INPUT,
                            params=[_path_param("name")], errors=(400, 413, 503)),
             },
             "/v1/tenants/{name}/webhook-key": {

@@ -1,7 +1,9 @@
-"""/v1/tenants: per-tenant quotas (admin writes; readers see the tenants they may see)."""
+"""/v1/tenants: per-tenant quotas and policy (admin writes; readers see the tenants they
+may see). The PUT body replaces every field: one left out is null (unlimited / any)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -14,12 +16,15 @@ from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE
+from raftcron.core.tenant_policy import parse_policy, policy_from_row, spec_violation
 from raftcron.core.timefmt import ms_to_iso
 
 QUOTAS = ("max_jobs", "max_concurrent_runs", "max_fires_per_minute")
+POLICY_FIELDS = ("queues", "targets", "http_hosts")
 QUOTA_MAX = 1_000_000
 TENANT_SELECT = ("SELECT name, max_jobs, max_concurrent_runs, max_fires_per_minute, "
-                 "updated_ms FROM tenants")
+                 "updated_ms, queues, targets, http_hosts FROM tenants")
+OUTSIDE_POLICY_SHOWN = 100
 
 
 def _name(request: Request) -> str:
@@ -30,16 +35,19 @@ def _name(request: Request) -> str:
 
 
 def _row(r: tuple) -> dict[str, Any]:
+    policy = policy_from_row(r[5], r[6], r[7])
     return {"name": r[0], "max_jobs": r[1], "max_concurrent_runs": r[2],
-            "max_fires_per_minute": r[3], "updated_at": ms_to_iso(r[4])}
+            "max_fires_per_minute": r[3], "updated_at": ms_to_iso(r[4]),
+            **policy.to_api(), "policy_set": policy.is_set}
 
 
 def parse_quotas(body: Any) -> dict[str, int | None]:
     if not isinstance(body, dict):
         raise ValidationError("body", "must be a JSON object")
-    unknown = sorted(set(body) - set(QUOTAS))
+    unknown = sorted(set(body) - set(QUOTAS) - set(POLICY_FIELDS))
     if unknown:
-        raise ValidationError(unknown[0], f"is not a quota (use {', '.join(QUOTAS)})")
+        raise ValidationError(unknown[0], "is not a tenant field (use "
+                              f"{', '.join(QUOTAS + POLICY_FIELDS)})")
     out: dict[str, int | None] = {}
     for key in QUOTAS:
         value = body.get(key)
@@ -53,13 +61,37 @@ def parse_quotas(body: Any) -> dict[str, int | None]:
 async def put_tenant(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     name = _name(request)
-    quotas = parse_quotas(await json_body(request))
-    await ctx.propose(c.PutTenant(request_id(request), now_ms(), name, **quotas))
+    body = await json_body(request)
+    quotas = parse_quotas(body)
+    policy = parse_policy(body)
+    await ctx.propose(c.PutTenant(request_id(request), now_ms(), name, **quotas,
+                                  **{k: None if v is None else list(v)
+                                     for k, v in zip(POLICY_FIELDS,
+                                                     (policy.queues, policy.targets,
+                                                      policy.http_hosts), strict=True)}))
     row = await ctx.fetchone(f"{TENANT_SELECT} WHERE name = ?", (name,))
     if row is None:  # applied on this node before answering; only a race with a restore
         raise HTTPError(503, "unknown_outcome", "the tenant was saved but cannot be read back",
                         headers={"Retry-After": "1"})
-    return JSONResponse(_row(row))
+    return JSONResponse(await _with_outside_policy(ctx, row))
+
+
+async def _with_outside_policy(ctx: Any, row: tuple) -> dict[str, Any]:
+    """The tenant, with the jobs its current policy refuses (saved before the policy was
+    set or changed): their runs fail at lease time until they are edited or deleted."""
+    out = _row(row)
+    policy = policy_from_row(row[5], row[6], row[7])
+    outside: list[dict[str, Any]] = []
+    if policy.is_set:
+        for job_id, spec_text in await ctx.fetchall(
+                "SELECT id, spec FROM jobs WHERE tenant = ? ORDER BY id", (row[0],)):
+            violation = spec_violation(policy, json.loads(spec_text))
+            if violation is not None:
+                outside.append({"id": job_id, "field": violation.field,
+                                "message": violation.message})
+    out["jobs_outside_policy_count"] = len(outside)
+    out["jobs_outside_policy"] = outside[:OUTSIDE_POLICY_SHOWN]
+    return out
 
 
 async def list_tenants(request: Request) -> JSONResponse:
@@ -81,5 +113,6 @@ async def get_tenant(request: Request) -> JSONResponse:
     if tenants is None or name in tenants:
         row = await ctx.fetchone(f"{TENANT_SELECT} WHERE name = ?", (name,))
     if row is None:
-        raise HTTPError(404, "not_found", f"tenant {name!r} has no quotas set", "name")
-    return JSONResponse(_row(row))
+        raise HTTPError(404, "not_found", f"tenant {name!r} has no quotas or policy set",
+                        "name")
+    return JSONResponse(await _with_outside_policy(ctx, row))

@@ -24,7 +24,7 @@ from pysyncobj.serializer import SERIALIZER_STATE
 
 from raftcron.cluster import durability, membership
 from raftcron.core.commands import UndecodableCommand
-from raftcron.state.db import add_missing_columns, get_meta, schema_sql
+from raftcron.state.db import ensure_schema, get_meta
 from raftcron.state.machine import StateMachine
 
 log = logging.getLogger("raftcron.raft")
@@ -207,8 +207,7 @@ class SnapshotStore:
                     self.conn.execute("DROP TABLE IF EXISTS _raft")
                     # A snapshot from a node of an older version lacks the newer indexes
                     # and columns.
-                    self.conn.executescript(schema_sql())
-                    add_missing_columns(self.conn)
+                    ensure_schema(self.conn)
         finally:
             src.close()
         return self._with_members(meta)

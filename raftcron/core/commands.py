@@ -143,7 +143,9 @@ class Prune(Command):
 
 @dataclass(frozen=True, slots=True)
 class PutTenant(Command):
-    """Set a tenant's quotas (None: unlimited). Enforced deterministically at apply."""
+    """Set a tenant's quotas (None: unlimited) and policy (None: any; see
+    core.tenant_policy). Enforced deterministically at apply. Entries written before the
+    policy fields existed decode with them None: no policy, as then."""
 
     TYPE: ClassVar[str] = "put_tenant"
     request_id: str
@@ -152,6 +154,18 @@ class PutTenant(Command):
     max_jobs: int | None = None
     max_concurrent_runs: int | None = None
     max_fires_per_minute: int | None = None
+    queues: list[str] | None = None
+    targets: list[str] | None = None
+    http_hosts: list[str] | None = None
+
+    def args(self) -> dict[str, Any]:
+        """Policy fields that are None are left out: an entry without a policy stays
+        readable by a node of the previous version during a rolling upgrade."""
+        out = Command.args(self)
+        for name in ("queues", "targets", "http_hosts"):
+            if out[name] is None:
+                del out[name]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from raftcron.core.timefmt import ms_to_iso
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.leader.webhook_keys import KeyRing, load_keys
 from raftcron.state.db import ThreadReader
+from raftcron.state.tenants import allowed_notify_urls
 
 log = logging.getLogger("raftcron.outbox")
 
@@ -204,7 +205,10 @@ class OutboxDelivery:
                 if job_id not in jobs:
                     got = conn.execute("SELECT tenant, json_extract(spec, '$.notify') FROM jobs "
                                        "WHERE id = ?", (job_id,)).fetchone()
-                    jobs[job_id] = (got[0], json.loads(got[1]) if got[1] else []) if got else None
+                    # The tenant's current policy decides, not the one the job was saved under.
+                    urls = tuple(json.loads(got[1])) if got and got[1] else ()
+                    allowed = list(allowed_notify_urls(conn, got[0], urls)) if urls else []
+                    jobs[job_id] = (got[0], allowed) if got else None
                 job = jobs[job_id]
             routes.append([oid, route(self.webhooks, payload, job)])
         return routes

@@ -11,7 +11,7 @@ from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
-from raftcron.state.tenants import RunLimiter
+from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
 
 ATT_COLS = (
     "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
@@ -72,12 +72,17 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     leases: list[dict[str, Any]] = []
     held_jobs: set[str] = set()
     held_tenants: set[str] = set()
+    policies: dict[str, Any] = {}
     for attempt_id in ids:
         row = found.get(attempt_id)
         if row is None or row[4] != "pending" or row[5] > cmd.now_ms or row[8] is None:
             continue
         _, occ_id, job_id, number, _, _, scheduled_for, kind, spec_json, tenant = row
         spec = parse_spec(spec_json)
+        denied = check_job_policy(conn, tenant, spec, policies)
+        if denied is not None:
+            _fail_outside_policy(ctx, row, denied["message"], cmd.now_ms)
+            continue
         if policy.exclusive(spec["overlap_policy"]):
             if job_id not in running_now:
                 running_now[job_id] = conn.execute(
@@ -115,6 +120,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "fencing_token": token,
             "idempotency_key": occ_id,
             "target": spec["target"],
+            "http_rule": policy_of(conn, tenant, policies).http_rule(),
             "max_runtime_s": runtime,
             "heartbeat_interval_s": max(1, spec["heartbeat_timeout_s"] // 3),
             **({"ack_timeout_s": ack_timeout_s} if cmd.acknowledge else {}),
@@ -130,6 +136,21 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     )
     ctx.set_meta(META_FENCING_SEQ, seq)
     return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants))
+
+
+def _fail_outside_policy(ctx: ApplyContext, row: tuple, why: str, now_ms: int) -> None:
+    """A pending run whose job its tenant's current policy refuses (the policy changed after
+    the job was saved): it is never handed out; it fails, without retries, saying why."""
+    attempt_id, occ_id, job_id, number = row[0], row[1], row[2], row[3]
+    ctx.conn.execute(
+        "UPDATE attempts SET status = 'failed', finished_ms = ?, error = ? WHERE id = ?",
+        (now_ms, why, attempt_id))
+    _finish_occurrence(ctx, occ_id, "failed", now_ms, "policy")
+    ctx.enqueue_outbox(
+        "occurrence.failed",
+        {"job_id": job_id, "occurrence_id": occ_id, "attempts": number, "reason": "policy"},
+        now_ms,
+    )
 
 
 def _check_holder(att: tuple | None, token: Any, worker_id: str,

@@ -28,6 +28,9 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("attempts", "acked_ms", "INTEGER"),
     ("attempts", "unacked_releases", "INTEGER NOT NULL DEFAULT 0"),
     ("attempts", "release_reason", "TEXT"),
+    ("tenants", "queues", "TEXT"),
+    ("tenants", "targets", "TEXT"),
+    ("tenants", "http_hosts", "TEXT"),
 )
 
 
@@ -58,16 +61,25 @@ def open_writer(path: str, schema: str | None = None) -> sqlite3.Connection:
     # Checkpoints run on a background connection (see Checkpointer), not inside the
     # COMMIT of whichever apply happened to cross the WAL threshold.
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.executescript(schema_sql() if schema is None else schema)
-    add_missing_columns(conn)
+    if schema is None:
+        ensure_schema(conn)
+    else:
+        conn.executescript(schema)
     return conn
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create missing tables and indexes, and add the columns an older database lacks."""
+    conn.executescript(schema_sql())
+    add_missing_columns(conn)
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:
     """Bring a database written by an earlier version up to the current columns.
 
     Rows that predate a column get its default (NULL): an attempt leased before explicit
-    delivery existed has no acknowledgement deadline and is treated as delivered."""
+    delivery existed has no acknowledgement deadline and is treated as delivered; a tenant
+    from before policies has none (any queue, target and host)."""
     for table, column, definition in COLUMN_MIGRATIONS:
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if have and column not in have:

@@ -6,6 +6,8 @@ import hashlib
 import json
 import sqlite3
 
+from raftcron.state.db import COLUMN_MIGRATIONS
+
 # table -> ORDER BY clause (its primary key)
 TABLES = {
     "meta": "key",
@@ -25,12 +27,26 @@ TABLES = {
 }
 
 
+def _canonical(row: tuple, added: int) -> tuple:
+    """A row without its trailing NULLs in columns added by a later version: a node of
+    the previous version (no such columns) and an upgraded one digest alike until a new
+    field is set, so a rolling upgrade can still wait for equal digests."""
+    end = len(row)
+    while added and end > 0 and row[end - 1] is None:
+        end -= 1
+        added -= 1
+    return row[:end]
+
+
 def digest(conn: sqlite3.Connection) -> str:
     h = hashlib.sha256()
     for table, order in TABLES.items():
         h.update(f"\x00{table}\x00".encode())
         where = " WHERE key != 'last_applied_index'" if table == "meta" else ""
-        for row in conn.execute(f"SELECT * FROM {table}{where} ORDER BY {order}"):
-            h.update(json.dumps(row, separators=(",", ":")).encode())
+        cursor = conn.execute(f"SELECT * FROM {table}{where} ORDER BY {order}")
+        names = [d[0] for d in cursor.description]
+        added = sum(1 for t, c, _ in COLUMN_MIGRATIONS if t == table and c in names)
+        for row in cursor:
+            h.update(json.dumps(_canonical(row, added), separators=(",", ":")).encode())
             h.update(b"\n")
     return h.hexdigest()

@@ -10,7 +10,7 @@ from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
 from raftcron.state.context import ApplyContext, ok, rejected
-from raftcron.state.tenants import check_job_quota
+from raftcron.state.tenants import check_job_policy, check_job_quota
 
 JOB_COLUMNS = "id, tenant, version, spec, paused, queue, watermark_ms, created_ms, updated_ms"
 
@@ -30,10 +30,11 @@ def spec_json(spec: dict[str, Any]) -> str:
 def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> dict[str, Any]:
     if row is not None:
         return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
-    over = check_job_quota(ctx.conn, job.tenant)
+    spec = job.with_version(1).to_spec()
+    over = (check_job_policy(ctx.conn, job.tenant, spec)
+            or check_job_quota(ctx.conn, job.tenant))
     if over is not None:
         return over
-    spec = job.with_version(1).to_spec()
     # A re-created job id must not re-claim instants its earlier life already has.
     newest = ctx.conn.execute(
         "SELECT scheduled_for_ms FROM occurrences WHERE id >= ? AND id < ? "
@@ -77,6 +78,9 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
         return rejected(errors.INVALID_STATE, "a job cannot move to another tenant", "tenant")
     version = row[2] + 1
     spec = job.with_version(version).to_spec()
+    denied = check_job_policy(ctx.conn, job.tenant, spec)
+    if denied is not None:
+        return denied
     # The watermark is kept: an edit takes effect from the next instant not yet claimed.
     ctx.conn.execute(
         "UPDATE jobs SET version = ?, spec = ?, paused = ?, queue = ?, updated_ms = ? "

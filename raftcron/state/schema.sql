@@ -157,12 +157,17 @@ CREATE TABLE IF NOT EXISTS alert_events (
 CREATE INDEX IF NOT EXISTS alert_events_alert ON alert_events (alert_id, id);
 
 -- Per-tenant quotas (NULL: unlimited) and the fires counted against them per minute.
+-- queues / targets / http_hosts: the tenant policy, JSON lists (NULL: any); an older
+-- database gets these columns from db.add_missing_columns.
 CREATE TABLE IF NOT EXISTS tenants (
     name                 TEXT PRIMARY KEY,
     max_jobs             INTEGER,
     max_concurrent_runs  INTEGER,
     max_fires_per_minute INTEGER,
-    updated_ms           INTEGER NOT NULL
+    updated_ms           INTEGER NOT NULL,
+    queues               TEXT,
+    targets              TEXT,
+    http_hosts           TEXT
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS tenant_fires (

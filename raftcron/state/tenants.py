@@ -5,16 +5,28 @@
   scheduled instant over the quota is recorded as skipped (`quota`), a manual trigger is
   refused (`rate_limited`).
 - `max_concurrent_runs`: leases beyond it wait (they are not handed out).
+
+The tenant policy (`queues`, `targets`, `http_hosts`; core.tenant_policy) is checked when
+a job is created or edited, and again when a run is leased: a run of a job that a later
+policy change put outside the policy is failed at lease time, never handed to a worker.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 from raftcron.core import errors
 from raftcron.core.commands import PutTenant
+from raftcron.core.tenant_policy import (
+    NO_POLICY,
+    TenantPolicy,
+    policy_from_row,
+    spec_violation,
+    url_violation,
+)
 from raftcron.state.context import ApplyContext, ok, rejected
 
 
@@ -28,15 +40,45 @@ class Quotas:
 UNLIMITED = Quotas()
 
 
+def _policy_json(value: list[str] | None) -> str | None:
+    return None if value is None else json.dumps(list(value), separators=(",", ":"))
+
+
 def put_tenant(ctx: ApplyContext, cmd: PutTenant) -> dict[str, Any]:
     ctx.conn.execute(
         "INSERT INTO tenants (name, max_jobs, max_concurrent_runs, max_fires_per_minute, "
-        "updated_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+        "updated_ms, queues, targets, http_hosts) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET "
         "max_jobs = excluded.max_jobs, max_concurrent_runs = excluded.max_concurrent_runs, "
-        "max_fires_per_minute = excluded.max_fires_per_minute, updated_ms = excluded.updated_ms",
-        (cmd.name, cmd.max_jobs, cmd.max_concurrent_runs, cmd.max_fires_per_minute, cmd.now_ms),
+        "max_fires_per_minute = excluded.max_fires_per_minute, updated_ms = excluded.updated_ms, "
+        "queues = excluded.queues, targets = excluded.targets, http_hosts = excluded.http_hosts",
+        (cmd.name, cmd.max_jobs, cmd.max_concurrent_runs, cmd.max_fires_per_minute, cmd.now_ms,
+         _policy_json(cmd.queues), _policy_json(cmd.targets), _policy_json(cmd.http_hosts)),
     )
     return ok(tenant=cmd.name)
+
+
+def policy_of(conn: sqlite3.Connection, tenant: str,
+           cache: dict[str, TenantPolicy] | None = None) -> TenantPolicy:
+    """The tenant's committed policy (NO_POLICY for a tenant without a row or policy)."""
+    if cache is not None and tenant in cache:
+        return cache[tenant]
+    row = conn.execute("SELECT queues, targets, http_hosts FROM tenants WHERE name = ?",
+                       (tenant,)).fetchone()
+    found = policy_from_row(*row) if row else NO_POLICY
+    if cache is not None:
+        cache[tenant] = found
+    return found
+
+
+def check_job_policy(conn: sqlite3.Connection, tenant: str, spec: dict[str, Any],
+                     cache: dict[str, TenantPolicy] | None = None) -> dict[str, Any] | None:
+    """A `policy_denied` rejection naming the field, or None when the job is allowed."""
+    violation = spec_violation(policy_of(conn, tenant, cache), spec)
+    if violation is None:
+        return None
+    return rejected(errors.POLICY_DENIED, f"tenant {tenant!r} policy refuses "
+                    f"{violation.field}: {violation.message}", violation.field)
 
 
 def quotas(conn: sqlite3.Connection, tenant: str, cache: dict[str, Quotas]) -> Quotas:
@@ -118,3 +160,10 @@ class RunLimiter:
             return False
         self.running[tenant] += 1
         return True
+
+
+def allowed_notify_urls(conn: sqlite3.Connection, tenant: str, urls: tuple[str, ...]
+                        ) -> tuple[str, ...]:
+    """The job's `notify` URLs its tenant's current policy lets the leader reach."""
+    current = policy_of(conn, tenant)
+    return tuple(u for u in urls if url_violation(current, u) is None)

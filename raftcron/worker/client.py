@@ -60,6 +60,9 @@ class Lease:
     among that tenant's secrets only."""
     ack_timeout_s: int | None = None
     """Set when the server waits for this lease's acknowledgement (its first heartbeat)."""
+    http_rule: Mapping[str, Any] | None = None
+    """The tenant's host rule, checked again on the resolved addresses (worker.egress);
+    None: the tenant has no policy."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
@@ -77,6 +80,7 @@ class Lease:
             heartbeat_interval_s=max(1, int(d.get("heartbeat_interval_s") or 10)),
             tenant=str(d.get("tenant") or ""),
             ack_timeout_s=None if d.get("ack_timeout_s") is None else int(d["ack_timeout_s"]),
+            http_rule=d.get("http_rule") if isinstance(d.get("http_rule"), Mapping) else None,
         )
 
     def ref(self) -> dict[str, Any]:

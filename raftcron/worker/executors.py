@@ -26,6 +26,8 @@ from typing import Any, Literal
 import httpx
 
 from raftcron.worker.client import Lease
+from raftcron.worker.egress import EgressRefused, pin
+from raftcron.worker.isolation import RunAs
 from raftcron.worker.secrets import SecretsError, SecretsFile, resolve_target, scrub
 
 log = logging.getLogger("raftcron.worker")
@@ -137,15 +139,24 @@ async def run_shell(
     cancel: Cancel | None = None,
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     output_limit: int = OUTPUT_LIMIT,
+    run_as: RunAs | None = None,
 ) -> RunResult:
-    """Run `command` under `/bin/sh -c` in a new process group and capture its output tail."""
+    """Run `command` under `/bin/sh -c` in a new process group and capture its output tail
+    (as `run_as`'s uid, gid and groups when given)."""
+    env = dict(os.environ if env is None else env)
+    account: dict[str, Any] = {}
+    if run_as is not None:
+        env.update(run_as.env())
+        account = {"user": run_as.uid, "group": run_as.gid,
+                   "extra_groups": list(run_as.groups)}
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh", "-c", command,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env=dict(os.environ if env is None else env),
+        env=env,
         start_new_session=True,
+        **account,
     )
     if max_runtime_s is not None and max_runtime_s <= 0:
         max_runtime_s = None
@@ -240,6 +251,7 @@ async def run_http(
     transport: httpx.AsyncBaseTransport | None = None,
     default_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
     output_limit: int = OUTPUT_LIMIT,
+    extensions: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Send the request described by `spec` ({url, method, headers, body}).
 
@@ -270,7 +282,8 @@ async def run_http(
         collected = _HeadTail(output_limit)
         async with (
             httpx.AsyncClient(transport=transport, timeout=limit_s) as client,
-            client.stream(method, url, headers=headers, content=content) as resp,
+            client.stream(method, url, headers=headers, content=content,
+                          extensions=dict(extensions or {})) as resp,
         ):
             async for chunk in resp.aiter_bytes():
                 collected.write(chunk)
@@ -339,6 +352,7 @@ async def execute(
     kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     http_transport: httpx.AsyncBaseTransport | None = None,
     secrets: SecretsFile | None = None,
+    run_as: RunAs | None = None,
 ) -> RunResult:
     """Run a lease's target. An unknown or malformed target fails without running, and so
     does one naming a secret this worker does not hold (see raftcron.worker.secrets)."""
@@ -350,14 +364,28 @@ async def execute(
             max_runtime_s=lease.max_runtime_s,
             cancel=cancel,
             kill_grace_s=kill_grace_s,
+            run_as=run_as,
         )
     if "http" in target and isinstance(target["http"], Mapping) and target["http"].get("url"):
         try:
             resolved, hidden = resolve_target(target, lease.tenant, secrets)
         except SecretsError as e:
             return RunResult("failed", None, f"[raftcron] not sent: {e}\n")
+        spec: Mapping[str, Any] = resolved["http"]
+        extensions: dict[str, Any] = {}
+        if lease.http_rule is not None:
+            try:
+                pinned = await pin(str(spec["url"]), lease.http_rule)
+            except EgressRefused as e:
+                return RunResult("failed", None, f"[raftcron] not sent: {e}\n")
+            spec = {**spec, "url": pinned.url, "headers": {
+                **{k: v for k, v in (spec.get("headers") or {}).items()
+                   if str(k).lower() != "host"}, "Host": pinned.host_header}}
+            if pinned.sni_hostname:
+                extensions["sni_hostname"] = pinned.sni_hostname
         result = await run_http(
-            resolved["http"],
+            spec,
+            extensions=extensions,
             extra_headers={
                 "Idempotency-Key": lease.idempotency_key,
                 "X-Raftcron-Fencing-Token": str(lease.fencing_token),

@@ -41,6 +41,7 @@ import httpx
 
 from raftcron.worker.client import ApiError, Lease, ServerUnavailable, WorkerClient
 from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, execute
+from raftcron.worker.isolation import RunAs
 from raftcron.worker.secrets import SecretsError, SecretsFile
 
 log = logging.getLogger("raftcron.worker")
@@ -219,6 +220,7 @@ class Worker:
         transport: httpx.AsyncBaseTransport | None = None,
         http_transport: httpx.AsyncBaseTransport | None = None,
         executor: Callable[..., Any] | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -234,6 +236,7 @@ class Worker:
         self._execute = executor or execute
         self._secrets = (SecretsFile(self.options.secrets_file)
                          if self.options.secrets_file else None)
+        self._run_as = run_as
         self._runs: dict[str, _Run] = {}
         self._leased_once = False  # a lease request was answered (the config works)
         self._changed = asyncio.Event()
@@ -388,9 +391,10 @@ class Worker:
         lease = run.lease
         try:
             try:
+                account = {"run_as": self._run_as} if self._run_as is not None else {}
                 result: RunResult = await self._execute(
                     lease, cancel=run.cancel, kill_grace_s=self.options.kill_grace_s,
-                    http_transport=self._http_transport, secrets=self._secrets,
+                    http_transport=self._http_transport, secrets=self._secrets, **account,
                 )
             except asyncio.CancelledError:
                 raise
@@ -514,11 +518,12 @@ async def run_worker(
     options: WorkerOptions | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     http_transport: httpx.AsyncBaseTransport | None = None,
+    run_as: RunAs | None = None,
 ) -> None:
     """Run a worker until `stop` is set, then shut down gracefully and return."""
     worker = Worker(
         servers, queues, concurrency, worker_id, token=token, options=options,
-        transport=transport, http_transport=http_transport,
+        transport=transport, http_transport=http_transport, run_as=run_as,
     )
     await worker.run(stop if stop is not None else asyncio.Event())
 
@@ -531,6 +536,7 @@ def main(
     *,
     token: str | None = None,
     options: WorkerOptions | None = None,
+    run_as: RunAs | None = None,
 ) -> int:
     """Run a worker in the foreground. The first SIGTERM/SIGINT shuts down gracefully;
     a second one stops immediately (runs are killed and not reported)."""
@@ -556,7 +562,7 @@ def main(
             loop.add_signal_handler(sig, on_signal, sig.name)
         try:
             await run_worker(servers, queues, concurrency, worker_id, token=token, stop=stop,
-                             options=options)
+                             options=options, run_as=run_as)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)

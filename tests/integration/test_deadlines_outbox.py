@@ -450,3 +450,18 @@ def test_a_counter_behind_the_table_does_not_reuse_an_id(node: Node) -> None:
     r = node.apply(c.RaiseAlert(node.epoch, T0 + 1, "a1", "deadline", reason="missed"))
     assert r["ok"]
     assert [row[0] for row in node.q("SELECT id FROM outbox ORDER BY id")] == [9, 10]
+
+
+async def test_notify_urls_outside_the_tenants_current_policy_are_not_posted(
+        node: Node) -> None:
+    node.create("j", now=T0, notify=["http://127.0.0.1:9/hook", "https://hooks.example.com/x"])
+    node.apply(c.PutTenant("pol", T0, "default", queues=["default"]))  # set after the job
+    node.apply(c.RaiseAlert(node.epoch, T0, "a1", "deadline", job_id="j", reason="missed"))
+    out = OutboxDelivery(node.epoch, FakeProposer(node), lambda: open_reader(node.path),  # type: ignore[arg-type]
+                         ("http://127.0.0.1:8/ops",), b"k3y")
+    conn = open_reader(node.path)
+    routes = out.fresh(conn)
+    conn.close()
+    # Cluster-wide receivers are the operator's; the job's loopback URL is refused.
+    assert [url for url, _signer in routes[0][1]] == ["http://127.0.0.1:8/ops",
+                                                      "https://hooks.example.com/x"]

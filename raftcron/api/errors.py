@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -13,6 +14,9 @@ from raftcron.core import errors
 from raftcron.core.errors import ValidationError
 
 MAX_BODY_BYTES = 1 << 20
+# No request needs more than a few levels (a job is four deep); the parser itself would
+# recurse until RecursionError on `[` x 200,000.
+MAX_JSON_DEPTH = 32
 
 REJECTION_STATUS = {
     errors.NOT_FOUND: 404,
@@ -69,21 +73,76 @@ def rejection_error(result: dict[str, Any]) -> HTTPError:
 
 
 async def json_body(request: Request, *, required: bool = True) -> Any:
+    """The request's JSON body: the one reader for every route. At most MAX_BODY_BYTES
+    (413), valid UTF-8 JSON nested at most MAX_JSON_DEPTH deep with finite numbers and no
+    lone surrogates (400): what is accepted here can always be written back out."""
     length = request.headers.get("content-length")
     declared_ok = length is None or (length.isascii() and length.isdigit())
     if not declared_ok or (length is not None and int(length) > MAX_BODY_BYTES):
         raise HTTPError(413, "too_large", f"request body exceeds {MAX_BODY_BYTES} bytes", "body")
-    raw = b""
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
             raise HTTPError(413, "too_large", f"request body exceeds {MAX_BODY_BYTES} bytes",
                             "body")
+    raw = b"".join(chunks)
     if not raw.strip():
         if required:
             raise ValidationError("body", "a JSON object is required")
         return {}
+    return parse_json_body(raw)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValidationError("body", f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValidationError("body", f"{name} is not a JSON number")
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """Decode `raw` under the rules of `json_body` (ValidationError on `body` otherwise)."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValidationError("body", f"is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValidationError:
+        raise
     except (ValueError, UnicodeDecodeError):
         raise ValidationError("body", "is not valid JSON") from None
+    _check_shape(value)
+    return value
+
+
+def _check_shape(value: Any) -> None:
+    """Depth at most MAX_JSON_DEPTH and every string encodable as UTF-8 (`"\\ud800"` parses
+    to a lone surrogate, which no response could render). Iterative: no recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValidationError("body", f"is nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    _check_text(key)
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("body", "holds a lone UTF-16 surrogate (not valid Unicode)"
+                              ) from None

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from raftcron.core.errors import ValidationError
 from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
-from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
+from raftcron.core.timefmt import clamp_accepted, ms_to_iso, parse_iso_ms
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -97,11 +97,13 @@ class Job:
                 and getattr(self, name) != getattr(other, name)]
 
     def to_api(self) -> dict[str, Any]:
-        """The public JSON shape (times as ISO 8601)."""
+        """The public JSON shape (times as ISO 8601). A bound stored before instants were
+        checked in UTC (up to the year 10000) is shown clamped: it fires the same, and the
+        text shown is accepted back."""
         d = self.to_spec()
         sched = d["schedule"]
-        sched["start_at"] = ms_to_iso(sched.pop("start_at_ms"))
-        sched["end_at"] = ms_to_iso(sched.pop("end_at_ms"))
+        sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
+        sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
         return d
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
 
 from raftcron.api.app import create_app
 from raftcron.config import NodeConfig
@@ -44,6 +45,7 @@ class InProcessNode:
         self.writer = db.open_writer(self.config.db_path)
         self.machine = StateMachine(self.writer)
         self.proposer = InProcessProposer(self.machine)
+        self.app: Starlette | None = None  # the app of the running `api_client`
 
     def open_reader(self) -> sqlite3.Connection:
         return db.open_reader(self.config.db_path)
@@ -55,7 +57,7 @@ class InProcessNode:
 @contextlib.asynccontextmanager
 async def api_client(node: InProcessNode) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client wired to the node's app, inside the app's lifespan."""
-    app = create_app(node)  # type: ignore[arg-type]  # the narrow part of Node it uses
+    app = node.app = create_app(node)  # type: ignore[arg-type]  # the part of Node it uses
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:

@@ -3,6 +3,7 @@ value is a 4xx naming the field, and nothing accepted can break a later read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -211,3 +212,49 @@ async def test_a_backfill_over_centuries_is_refused_before_any_instant_is_listed
         "start": "2010-01-01T00:00:00Z", "end": "2019-12-31T23:00:00Z"})
     assert ok.status_code == 202, ok.text
     assert ok.json()["count"] == 10
+
+
+async def test_digests_share_one_computation_until_the_state_moves(tmp_path: Path) -> None:
+    node = InProcessNode(tmp_path / "d")
+    try:
+        async with api_client(node) as http:
+            assert node.app is not None
+            answers = await asyncio.gather(*(http.get("/v1/digest") for _ in range(20)))
+            assert {r.status_code for r in answers} == {200}
+            assert len({(r.json()["last_applied_index"], r.json()["digest"])
+                        for r in answers}) == 1
+            gate = node.app.state.heavy_reads
+            assert gate.computations == 1
+            again = (await http.get("/v1/digest")).json()
+            assert gate.computations == 1  # same index: the digest kept is the answer
+            assert (await http.post("/v1/jobs", json=job_body())).status_code == 201
+            moved = (await http.get("/v1/digest")).json()
+            assert gate.computations == 2
+            assert moved["last_applied_index"] > again["last_applied_index"]
+            assert moved["digest"] != again["digest"]
+    finally:
+        node.close()
+
+
+async def test_herd_requests_with_varied_parameters_are_validated_and_bounded(
+        tmp_path: Path) -> None:
+    node = InProcessNode(tmp_path / "h")
+    try:
+        async with api_client(node) as http:
+            assert (await http.post("/v1/jobs", json=job_body())).status_code == 201
+            for params, field in [({"hours": "169"}, "hours"), ({"hours": "0"}, "hours"),
+                                  ({"bucket_s": "59"}, "bucket_s"),
+                                  ({"bucket_s": "86401"}, "bucket_s"),
+                                  ({"hours": "9" * 40}, "hours"), ({"hours": "-1"}, "hours")]:
+                assert_invalid(await http.get("/v1/schedule/herd", params=params), field)
+            varied = [{"hours": str(h), "bucket_s": "3600"} for h in range(1, 11)]
+            answers = await asyncio.gather(*(http.get("/v1/schedule/herd", params=p)
+                                             for p in varied * 3))
+            assert {r.status_code for r in answers} == {200}
+            assert node.app is not None
+            gate = node.app.state.heavy_reads
+            assert gate.computations == len(varied)  # each parameter set once, one at a time
+            await http.get("/v1/schedule/herd", params=varied[0])
+            assert gate.computations == len(varied)  # cached
+    finally:
+        node.close()

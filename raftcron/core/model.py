@@ -7,6 +7,7 @@ stored as its canonical JSON (`Job.to_spec()`), which is what travels in command
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -104,7 +105,27 @@ class Job:
         sched = d["schedule"]
         sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
         sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
+        d["target"] = renderable(d["target"])
+        d["notify"] = renderable(d["notify"])
         return d
+
+
+def renderable(value: Any) -> Any:
+    """`value` with every lone UTF-16 surrogate in its strings replaced by U+FFFD. The API
+    refuses them now; a job stored before that would otherwise make every read of it fail
+    (no response can encode one). Values without one are returned as they are."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {renderable(k): renderable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renderable(v) for v in value]
+    return value
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))

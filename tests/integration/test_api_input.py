@@ -258,3 +258,22 @@ async def test_herd_requests_with_varied_parameters_are_validated_and_bounded(
             assert gate.computations == len(varied)  # cached
     finally:
         node.close()
+
+
+async def test_a_job_stored_with_a_lone_surrogate_reads_back_replaced(tmp_path: Path) -> None:
+    """Committed before bodies were checked: `"\\ud800"` in a shell target. Reads answer,
+    with U+FFFD in its place, and the job shown is accepted back."""
+    node = InProcessNode(tmp_path / "old")
+    spec = parse_job(job_body("lone")).to_spec()
+    spec["target"] = {"shell": "echo \ud800"}
+    node.machine.apply_bytes(1, c.encode(c.PutJob("old-entry", 1_767_225_600_000, spec,
+                                                  create=True)))
+    try:
+        async with api_client(node) as http:
+            await reads_answer(http, "lone")
+            shown = (await http.get("/v1/jobs/lone")).json()
+            assert shown["target"] == {"shell": "echo \ufffd"}
+            keep = {k: shown[k] for k in ("schedule", "target")}
+            assert (await http.put("/v1/jobs/lone", json=keep)).status_code == 200
+    finally:
+        node.close()

@@ -467,6 +467,7 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
     re-running an interrupted backfill creates nothing twice."""
     import hashlib
 
+    from raftcron.core.backfill import check_backfill_span
     from raftcron.core.errors import ValidationError
     from raftcron.core.model import parse_job
     from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
@@ -478,6 +479,10 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
         raise UsageError(f"{e.field}: {e.message}") from None
     if end < start:
         raise UsageError("--end must not be before --start")
+    try:
+        check_backfill_span(start, end, "--end")  # the API's bound, said before any request
+    except ValidationError as e:
+        raise UsageError(f"{e.field}: {e.message}") from None
     if args.max_instants < 1:
         raise UsageError("--max-instants must be at least 1")
     job = client.request("GET", f"/v1/jobs/{args.job_id}")

@@ -10,8 +10,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.heavy import heavy_reads
 from raftcron.api.jobs import ctx_of
-from raftcron.state.db import last_applied
+from raftcron.state.db import META_LAST_APPLIED, last_applied
 from raftcron.state.digest import digest
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 MAX_READY_LAG = 1000
 PEER_TIMEOUT_S = 1.0
 LEADER_VIEW_TTL_S = 1.0
+# A digest is the answer for as long as the applied index it was asked at has not moved.
+DIGEST_KEEP_S = 3600.0
 
 
 async def cluster(request: Request) -> JSONResponse:
@@ -149,8 +152,16 @@ def _digest_at_one_index(node: Node) -> tuple[int, str]:
 
 
 async def state_digest(request: Request) -> JSONResponse:
-    """The canonical digest of this node's state and the index it reflects."""
-    node = ctx_of(request).node
-    index, value = await asyncio.to_thread(_digest_at_one_index, node)
+    """The canonical digest of this node's state and the index it reflects.
+
+    Hashing the whole state is CPU-heavy: the digest is kept for as long as the applied
+    index has not moved, and computed through `HeavyReads` (one at a time, shared by
+    concurrent callers, duty-cycled) rather than once per request."""
+    ctx = ctx_of(request)
+    node = ctx.node
+    row = await ctx.fetchone("SELECT value FROM meta WHERE key = ?", (META_LAST_APPLIED,))
+    applied = int(row[0]) if row else 0
+    index, value = await heavy_reads(request.app).run(
+        ("digest", applied), _digest_at_one_index, node, keep_s=DIGEST_KEEP_S)
     return JSONResponse({"node_id": node.config.node_id, "last_applied_index": index,
                          "digest": value})

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from raftcron import ops
 from raftcron.api.auth import principal_of
-from raftcron.api.errors import HTTPError
+from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of
 
 
@@ -54,10 +54,7 @@ async def list_members(request: Request) -> JSONResponse:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise HTTPError(400, "invalid", "the body must be JSON") from None
+    body = await json_body(request)  # size and depth bounded like every other body
     if not isinstance(body, dict):
         raise HTTPError(400, "invalid", "the body must be a JSON object")
     return body

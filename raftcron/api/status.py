@@ -3,7 +3,6 @@ workers (derived from attempts) and the herd chart (occurrences due per bucket a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -12,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause, visible_tenants
+from raftcron.api.heavy import heavy_reads
 from raftcron.api.jobs import MAX_PAGE, ctx_of, next_fire_times
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
@@ -104,7 +104,8 @@ async def list_workers(request: Request) -> JSONResponse:
 def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
                  cap: int = HERD_MAX_INSTANTS) -> dict[str, Any]:
     """Count fire instants per bucket over [start, start + hours). Work is capped at `cap`
-    instants in total; the answer says when it was truncated."""
+    schedule steps in total (counted or not: an instant before a job's `start_at` costs
+    as much as one in the window); the answer says when it was truncated."""
     buckets = hours * 3600 // bucket_s
     counts = [0] * buckets
     end_s = start_ms // 1000 + hours * 3600
@@ -125,6 +126,7 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
                 truncated = True
                 break
             nxt = sched.next_after(t)
+            seen += 1
             if nxt is None or nxt >= end_s:
                 break
             t = nxt
@@ -134,7 +136,6 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
             if job.schedule.start_at_ms is not None and ms < job.schedule.start_at_ms:
                 continue
             counts[(nxt - start_s) // bucket_s] += 1
-            seen += 1
         if truncated:
             break
     peak = max(range(buckets), key=counts.__getitem__) if any(counts) else None
@@ -154,22 +155,19 @@ async def herd(request: Request) -> JSONResponse:
     bucket_s = int_param(request, "bucket_s", 60, 60, 86400)
     if (hours * 3600) // bucket_s > 10_080:
         raise ValidationError("bucket_s", "too many buckets: use a larger bucket")
-    cache: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] | None = getattr(
-        request.app.state, "herd_cache", None)
-    if cache is None:
-        cache = request.app.state.herd_cache = {}
     tenants = visible_tenants(request)
-    key = (hours, bucket_s, None if tenants is None else tuple(sorted(tenants)))
-    if len(cache) > 256:
-        cache.clear()
-    hit = cache.get(key)
-    if hit and time.monotonic() - hit[0] < HERD_CACHE_S:
-        return JSONResponse(hit[1])
+    key = ("herd", hours, bucket_s, None if tenants is None else tuple(sorted(tenants)))
+    gate = heavy_reads(request.app)
+    kept = gate.kept(key)
+    if kept is not None:
+        return JSONResponse(kept)
     clause, params = tenant_clause(request)
     specs = [r[0] for r in await ctx.fetchall(
         f"SELECT spec FROM jobs WHERE paused = 0 {f'AND {clause} ' if clause else ''}"
         "ORDER BY id", params)]
     start = (int(time.time()) // 60 + 1) * 60 * 1000
-    result = await asyncio.to_thread(compute_herd, specs, start, hours, bucket_s)
-    cache[key] = (time.monotonic(), result)
+    # Kept 30 s per parameter set, and one heavy computation per node at a time however
+    # the parameters vary (api/heavy.py); its work is capped (HERD_MAX_INSTANTS steps).
+    result = await gate.run(key, compute_herd, specs, start, hours, bucket_s,
+                            keep_s=HERD_CACHE_S)
     return JSONResponse(result)

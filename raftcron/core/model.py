@@ -7,6 +7,7 @@ stored as its canonical JSON (`Job.to_spec()`), which is what travels in command
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -15,7 +16,7 @@ from urllib.parse import urlsplit
 from raftcron.core.errors import ValidationError
 from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
 from raftcron.core.secrets import is_secret_ref
-from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
+from raftcron.core.timefmt import clamp_accepted, ms_to_iso, parse_iso_ms
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -104,12 +105,34 @@ class Job:
                 and getattr(self, name) != getattr(other, name)]
 
     def to_api(self) -> dict[str, Any]:
-        """The public JSON shape (times as ISO 8601)."""
+        """The public JSON shape (times as ISO 8601). A bound stored before instants were
+        checked in UTC (up to the year 10000) is shown clamped: it fires the same, and the
+        text shown is accepted back."""
         d = self.to_spec()
         sched = d["schedule"]
-        sched["start_at"] = ms_to_iso(sched.pop("start_at_ms"))
-        sched["end_at"] = ms_to_iso(sched.pop("end_at_ms"))
+        sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
+        sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
+        d["target"] = renderable(d["target"])
+        d["notify"] = renderable(d["notify"])
         return d
+
+
+def renderable(value: Any) -> Any:
+    """`value` with every lone UTF-16 surrogate in its strings replaced by U+FFFD. The API
+    refuses them now; a job stored before that would otherwise make every read of it fail
+    (no response can encode one). Values without one are returned as they are."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {renderable(k): renderable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renderable(v) for v in value]
+    return value
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))

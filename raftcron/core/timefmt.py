@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from raftcron.core.errors import ValidationError
@@ -10,6 +10,15 @@ from raftcron.core.errors import ValidationError
 # The instants `ms_to_iso` can write (years 1 to 9999, whole seconds at the top).
 ISO_MIN_MS = -62_135_596_800_000
 ISO_MAX_MS = 253_402_300_799_000
+
+# The instants the API accepts, in UTC: 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z. The
+# range is checked on the instant itself, not on the local year of the text: a local
+# 9999-12-31T23:59:59-23:59 is in the year 10000 in UTC, which `ms_to_iso` cannot write.
+# Everything in it can be written back out, so an accepted value can always be read.
+ACCEPTED_MIN_MS = 0
+ACCEPTED_MAX_MS = ISO_MAX_MS + 999
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def ms_to_iso(ms: int | None) -> str | None:
@@ -42,6 +51,19 @@ def parse_iso_ms(text: object, field: str) -> int:
         ) from None
     if dt.tzinfo is None:
         raise ValidationError(field, "must carry a UTC offset or Z")
-    if not 1970 <= dt.year <= 9999:
-        raise ValidationError(field, "year out of range")
-    return int(round(dt.timestamp() * 1000))
+    # Exact integer arithmetic (a float timestamp rounds near the year 9999); fractions of
+    # a millisecond are floored, so the instant never moves past the range's end.
+    ms = (dt - _UNIX_EPOCH) // _ONE_MS
+    if not ACCEPTED_MIN_MS <= ms <= ACCEPTED_MAX_MS:
+        raise ValidationError(field, "must be between 1970-01-01T00:00:00Z and "
+                              "9999-12-31T23:59:59.999Z (in UTC)")
+    return ms
+
+
+def clamp_accepted(ms: int | None) -> int | None:
+    """`ms` moved into the accepted range, for rendering values stored before the range
+    was checked in UTC (a job's `start_at`/`end_at`). Schedules fire between 1970 and the
+    year 9010 only, so the clamped bound fires exactly as the stored one did."""
+    if ms is None:
+        return None
+    return min(max(ms, ACCEPTED_MIN_MS), ACCEPTED_MAX_MS)

@@ -1,0 +1,64 @@
+"""The real API app over a real SQLite state, in-process, without Raft.
+
+`InProcessNode` stands in for `raftcron.node.Node` where the API uses it: its proposer
+encodes each command with the real codec and applies it at the next index through the
+real state machine, as a one-node cluster would after commit. Requests go through
+`httpx.ASGITransport`; the app's lifespan (its read connection) runs around them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+
+from raftcron.api.app import create_app
+from raftcron.config import NodeConfig
+from raftcron.core import commands as c
+from raftcron.state import db
+from raftcron.state.machine import StateMachine
+
+
+class InProcessProposer:
+    def __init__(self, machine: StateMachine) -> None:
+        self.machine = machine
+
+    async def propose(self, cmd: c.Command, timeout: float = 8.0) -> dict[str, Any]:
+        return self.machine.apply_bytes(self.machine.last_applied + 1, c.encode(cmd))
+
+
+class InProcessNode:
+    """The parts of `Node` the API reads: config, proposer, a reader, a status."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        secret = root / "secret"
+        secret.write_text("in-process-test-secret-0123456789")
+        self.config = NodeConfig(node_id="n1", data_dir=str(root), raft_addr="127.0.0.1:1",
+                                 http_host="127.0.0.1", http_port=1, secret_file=str(secret),
+                                 auth_off=True)
+        self.writer = db.open_writer(self.config.db_path)
+        self.machine = StateMachine(self.writer)
+        self.proposer = InProcessProposer(self.machine)
+        self.app: Starlette | None = None  # the app of the running `api_client`
+
+    def open_reader(self) -> sqlite3.Connection:
+        return db.open_reader(self.config.db_path)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@contextlib.asynccontextmanager
+async def api_client(node: InProcessNode) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client wired to the node's app, inside the app's lifespan."""
+    app = node.app = create_app(node)  # type: ignore[arg-type]  # the part of Node it uses
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+            yield client

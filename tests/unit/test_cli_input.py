@@ -1,0 +1,33 @@
+"""CLI input the API would refuse is refused first: exit 2 with one line naming the flag,
+before any request (the server given here does not exist)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftcron.cli import main
+
+NOWHERE = "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(("start", "end", "expected"), [
+    ("1970-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "--end: the range spans more than"),
+    ("2026-01-01T00:00:00Z", "9999-12-31T23:59:59-23:59", "--end: must be between"),
+    ("2016-12-31T23:59:60Z", "2026-01-01T00:00:00Z", "--start:"),
+])
+def test_backfill_ranges_the_api_refuses_exit_2_before_any_request(
+        start: str, end: str, expected: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTCRON_TOKEN", "t")
+    code = main(["job", "backfill", "j", "--start", start, "--end", end, "--server", NOWHERE])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_schedule_preview_refuses_an_instant_past_the_year_9999(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["schedule", "preview", "--cron", "0 9 * * *",
+                 "--start", "9999-12-31T23:59:59-23:59"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--start: must be between" in err, err

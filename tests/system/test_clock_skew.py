@@ -35,9 +35,9 @@ SETTLE_S = 5  # instants in the first seconds after the restart may be skipped
 OBSERVE_S = 25
 
 
-def _committed_clock_s(c: LocalCluster, nid: str) -> float | None:
+def _metric(c: LocalCluster, nid: str, name: str) -> float | None:
     text = c.http.get(c.urls[nid] + "/metrics").text
-    found = re.search(r"^raftcron_committed_clock_timestamp_seconds (\S+)$", text, re.M)
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
     return float(found[1]) if found else None
 
 
@@ -114,7 +114,7 @@ def _fast_node_leads_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
             [(o["scheduled_for"], o["status"], o.get("reason")) for o in settled
              if ts(o["scheduled_for"]) in missing][:10])
         # The fast clock never reached the state: the newest committed time is not ahead.
-        committed = _committed_clock_s(c, healthy)
+        committed = _metric(c, healthy, "raftcron_committed_clock_timestamp_seconds")
         assert committed is not None and committed <= time.time() + 1.5, committed
         # It led in both lives, and says so in its log too.
         led = re.findall(r"term \d+: leader", (tmp_path / f"{FAST}.log").read_text())
@@ -131,6 +131,12 @@ def _fast_node_leads_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         offsets = healthy_view["clock"]["peers"]
         assert set(offsets) == {c.urls[n] for n in c.ids if n != healthy}, offsets
         assert abs(offsets[c.urls[FAST]] - SKEW_S * 1000) < 2000
+        # An operator sees it in /metrics and /readyz of the node with the bad clock.
+        assert _metric(c, FAST, "raftcron_clock_confirmed") == 0
+        assert _metric(c, healthy, "raftcron_clock_confirmed") == 1
+        ready = c.http.get(c.urls[FAST] + "/readyz")
+        assert ready.status_code == 503
+        assert any("clock is not confirmed" in p for p in ready.json()["problems"]), ready.text
     finally:
         c.close()
 

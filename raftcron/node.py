@@ -301,10 +301,10 @@ class Node:
     async def _wait_clock_confirmed(self, term: int) -> bool:
         """Until a majority confirms this node's clock, while it still leads `term`.
 
-        An unconfirmed leader commits nothing at all, not even `begin_epoch`: every
-        command it could commit carries its clock (`now_ms`), and a fast clock committed
-        once holds back every later leader (the MAX_CLOCK_BEHIND_MS wait). Meanwhile the
-        step-down loop hands leadership to a peer. False: leadership moved on first."""
+        An unconfirmed leader proposes no command of its own, not even `begin_epoch`:
+        each would carry its clock (`now_ms`), and a fast clock committed once holds back
+        every later leader (the MAX_CLOCK_BEHIND_MS wait). Meanwhile the step-down loop
+        hands leadership to a peer. False: leadership moved on first."""
         logged = False
         while not self.clock_guard.confirmed():
             if not logged:
@@ -319,8 +319,9 @@ class Node:
         return True
 
     async def _step_down_when_clock_untrusted(self) -> None:
-        """A leader whose clock the majority disagrees with does not tick; after a few
-        seconds it hands leadership to a peer instead of leaving the cluster idle."""
+        """A leader whose clock no majority confirms (off, not measured, or its probes
+        failing) does not tick; after a few seconds it hands leadership to a peer
+        instead of leaving the cluster idle."""
         untrusted_since: float | None = None
         while True:
             await asyncio.sleep(0.5)
@@ -338,7 +339,7 @@ class Node:
                 alive = self.clock_guard.recently_seen()
                 by_url = {p.http_url: p.raft_addr for p in self.config.peers}
                 target = next((by_url[u] for u in alive if u in by_url), None)
-                log.error("handing leadership over to %s: this node's clock is not trusted",
+                log.error("handing leadership over to %s: this node's clock is not confirmed",
                           target or "any follower")
                 self.transfer.request(target)
                 untrusted_since = time.monotonic()

@@ -157,11 +157,13 @@ class ClockGuard:
 
     # --- probing -------------------------------------------------------------------------
 
-    async def run(self, verify: ssl.SSLContext | bool = True) -> None:
+    async def run(self, verify: ssl.SSLContext | bool = True,
+                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         """Probe every peer once per period, each on its own: a peer that hangs (paused,
         half-open) delays only its own measurement. `verify` is the peer TLS setting
         every other peer call uses (`cluster.peer_tls`)."""
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=verify) as client:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=verify,
+                                     transport=transport) as client:
             in_flight: dict[str, asyncio.Task[None]] = {}
             try:
                 while True:

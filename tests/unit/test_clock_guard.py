@@ -269,3 +269,26 @@ def test_a_leader_that_loses_the_term_unconfirmed_gives_up_beginning() -> None:
         return await asyncio.wait_for(task, 2)
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_hanging_peer_does_not_delay_the_others_probes() -> None:
+    """Each peer is probed on its own: one that never answers (a paused node accepts TCP)
+    does not hold back the measurement of the healthy one."""
+    answered: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "hangs":
+            await asyncio.sleep(30)
+        answered.append(request.url.host)
+        return httpx.Response(200, json={"now_ms": _now_ms()})
+
+    g = ClockGuard(["http://hangs", "http://ok"], 3, period_s=0.05)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(g.run(transport=httpx.MockTransport(handler)))
+        await asyncio.sleep(0.5)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert answered.count("ok") >= 3, answered
+    assert set(g.samples) == {"http://ok"} and g.confirmed()

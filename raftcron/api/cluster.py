@@ -72,9 +72,9 @@ async def readyz(request: Request) -> JSONResponse:
     if clock.get("confirmed") is not True:
         # Fail closed: as leader this node would lease and claim nothing.
         problems.append(f"this node's clock is not confirmed by a majority "
-                        f"({clock.get('agreeing_peers')} of {clock.get('needed_peers')} peers "
-                        f"needed agree, skew {clock.get('skew_ms')} ms): as leader it leases "
-                        f"and claims nothing")
+                        f"({clock.get('agreeing_peers')} peers agree, {clock.get('needed_peers')} "
+                        f"needed; skew {clock.get('skew_ms')} ms): as leader it leases and "
+                        f"claims nothing")
     elif st.get("clock_blocked"):
         problems.append("the leader's clock is behind the cluster: it does not tick")
     tick_age_s = None

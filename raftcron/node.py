@@ -20,6 +20,7 @@ import uvicorn
 
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
+from raftcron.cluster.peer_tls import peer_tls
 from raftcron.cluster.proposer import ProposalError, Proposer, post_to_loop
 from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transfer import LeadershipTransfer
@@ -166,7 +167,7 @@ class Node:
             "ready": bool(self.raft.isReady()),
             "leader_duties": bool(self.duties and not self.duties.stopped),
             "last_tick_ms": ticker.last_tick_ms if ticker else None,
-            "clock_blocked": self.skew_blocked or not self.clock_guard.trusted(),
+            "clock_blocked": self.skew_blocked or not self.clock_guard.confirmed(),
             "clock": self.clock_guard.describe(),
             "clock_skew_ms": self.metrics.skew_ms,
             "now_ms": int(time.time() * 1000),
@@ -257,6 +258,9 @@ class Node:
 
     async def _begin_epoch(self, term: int) -> None:
         assert self.proposer is not None
+        if not await self._wait_clock_confirmed(term):
+            self._beginning = None
+            return
         try:
             result = await self.proposer.propose_leader(
                 c.BeginEpoch(term, self.config.node_id, int(time.time() * 1000))
@@ -294,29 +298,51 @@ class Node:
         for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
                      self.duties.deadlines, self.duties.retention):
             if duty is not None:
-                duty.gate = self.clock_guard.trusted
+                duty.gate = self.clock_guard.confirmed
         self.duties.start()
 
+    async def _wait_clock_confirmed(self, term: int) -> bool:
+        """Until a majority confirms this node's clock, while it still leads `term`.
+
+        An unconfirmed leader proposes no command of its own, not even `begin_epoch`:
+        each would carry its clock (`now_ms`), and a fast clock committed once holds back
+        every later leader (the MAX_CLOCK_BEHIND_MS wait). Meanwhile the step-down loop
+        hands leadership to a peer. False: leadership moved on first."""
+        logged = False
+        while not self.clock_guard.confirmed():
+            if not logged:
+                log.warning("term %d: leader, but this node's clock is not confirmed by a "
+                            "majority yet: beginning no epoch, leasing nothing", term)
+                logged = True
+            await asyncio.sleep(0.1)
+            if self._role != (True, term) or self.stopping:
+                return False
+        if logged:
+            log.info("term %d: clock confirmed by a majority", term)
+        return True
+
     async def _step_down_when_clock_untrusted(self) -> None:
-        """A leader whose clock the majority disagrees with does not tick; after a few
-        seconds it hands leadership to a peer instead of leaving the cluster idle."""
+        """A leader whose clock no majority confirms (off, not measured, or its probes
+        failing) does not tick; after a few seconds it hands leadership to a peer
+        instead of leaving the cluster idle."""
         untrusted_since: float | None = None
         while True:
             await asyncio.sleep(0.5)
-            if not self.raft.is_leader() or self.clock_guard.trusted():
+            if not self.raft.is_leader() or self.clock_guard.confirmed():
                 untrusted_since = None
                 continue
             if untrusted_since is None:
                 untrusted_since = time.monotonic()
-                log.error("clock disagrees with the cluster (%s ms): not ticking",
-                          self.clock_guard.skew_ms())
+                log.error("clock not confirmed by a majority (skew %s ms, %d of %d peers "
+                          "agree): not ticking", self.clock_guard.skew_ms(),
+                          self.clock_guard.agreeing(), len(self.clock_guard.peer_urls))
             elif time.monotonic() - untrusted_since > 3.0:
                 # Hand over to a peer that answers (a paused peer still accepts TCP and
                 # would swallow the request).
                 alive = self.clock_guard.recently_seen()
                 by_url = {p.http_url: p.raft_addr for p in self.config.peers}
                 target = next((by_url[u] for u in alive if u in by_url), None)
-                log.error("handing leadership over to %s: this node's clock is not trusted",
+                log.error("handing leadership over to %s: this node's clock is not confirmed",
                           target or "any follower")
                 self.transfer.request(target)
                 untrusted_since = time.monotonic()
@@ -340,7 +366,8 @@ class Node:
         self.proposer = Proposer(self.raft, self.loop)
         self.raft.on_tick(self._on_tick)
         self._background = [
-            asyncio.create_task(self.clock_guard.run(), name="clock-guard"),
+            asyncio.create_task(self.clock_guard.run(verify=peer_tls(self.config)),
+                                name="clock-guard"),
             asyncio.create_task(self._step_down_when_clock_untrusted(), name="clock-step-down"),
             asyncio.create_task(webhook_keys.ensure_cluster_key(
                 self.open_reader, self.proposer.propose, now_ms), name="webhook-key"),

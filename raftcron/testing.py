@@ -73,6 +73,8 @@ class LocalCluster:
         self.cwd: Path | None = None
         self.http = httpx.Client(timeout=10, headers=self.auth_headers())
         self.workers: list[subprocess.Popen[bytes]] = []
+        # Extra environment of the workers started here (e.g. the CA file under TLS).
+        self.worker_env: dict[str, str] = {}
 
     def auth_headers(self, token: str | None = None) -> dict[str, str]:
         """`Authorization` for `token` (default: the admin token)."""
@@ -83,6 +85,30 @@ class LocalCluster:
         from raftcron.auth import create_token
 
         return create_token(str(self.tokens_file), list(scopes), name)
+
+    # --- configuration (before the nodes start) ---
+    def set_raft_options(self, nid: str, **options: float) -> None:
+        """Add pysyncobj options to one node's `[raft]` table (the last table of the
+        generated config), e.g. `raftMinTimeout=0.3` to make that node elect itself
+        first."""
+        path = self.configs[self.ids.index(nid)]
+        path.write_text(path.read_text().rstrip("\n") + "\n"
+                        + "".join(f"{k} = {v!r}\n" for k, v in options.items()))
+
+    def enable_tls(self, cert: Path, key: Path) -> None:
+        """Serve every node's API over HTTPS with one certificate shared by the cluster
+        (as the README recommends for a self-signed one); this client and the workers
+        started here trust it."""
+        import ssl
+
+        for path in self.configs:
+            text = path.read_text().replace('http_url = "http://', 'http_url = "https://')
+            path.write_text(f'tls_cert = "{cert}"\ntls_key = "{key}"\n{text}')
+        self.urls = {n: u.replace("http://", "https://", 1) for n, u in self.urls.items()}
+        self.http.close()
+        self.http = httpx.Client(timeout=10, headers=self.auth_headers(),
+                                 verify=ssl.create_default_context(cafile=str(cert)))
+        self.worker_env["SSL_CERT_FILE"] = str(cert)
 
     # --- processes ---
     def start(self, nid: str | None = None) -> None:
@@ -102,7 +128,7 @@ class LocalCluster:
         """A worker with `token` (default: the worker token) in its environment, or, when
         `extra_args` holds `--token-file`, with none there."""
         log = open(self.root / f"worker-{worker_id}.log", "ab")
-        env = dict(os.environ)
+        env = {**os.environ, **self.worker_env}
         env.pop("RAFTCRON_TOKEN", None)
         if "--token-file" not in extra_args:
             env["RAFTCRON_TOKEN"] = token or self.worker_token
@@ -199,3 +225,34 @@ class LocalCluster:
             if not page["next_cursor"]:
                 return out
             query["cursor"] = page["next_cursor"]
+
+
+def self_signed_cert(directory: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for `host` (an IP address), valid for a day: the
+    certificate and key files written into `directory`."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = directory / "node-cert.pem", directory / "node-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path

@@ -194,9 +194,18 @@ function renderCluster(tbody, data) {
       td(reach + link),
       td(skew === null || skew === undefined ? "–"
         : `${skew > 0 ? "+" : ""}${Math.round(skew)} ms`),
+      td(clockConfirmed(n.clock)),
       td(n.last_tick_ms ? age((Date.now() - n.last_tick_ms) / 1000) : "–"),
     ];
   }), "no nodes");
+}
+
+// Whether a majority confirmed the node's clock: a leader without it leases nothing.
+function clockConfirmed(clock) {
+  if (!clock) return "–";
+  if (clock.confirmed) return "✓ yes";
+  const last = clock.last_confirmed_at ? `, last ${sinceIso(clock.last_confirmed_at)}` : ", never";
+  return el("span", { class: "status alert-open" }, `✗ no${last}`);
 }
 
 function statusBadgeRole(role) {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,10 +37,10 @@ from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
 from raftcron.api.openapi import openapi_spec
 from raftcron.auth import TOKEN_USAGE_FILE
+from raftcron.cluster.peer_tls import peer_tls
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
-    from raftcron.config import NodeConfig
     from raftcron.node import Node
 
 log = logging.getLogger("raftcron.api")
@@ -129,19 +128,6 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error")
 
 
-def _peer_tls(config: NodeConfig) -> ssl.SSLContext | bool:
-    """Peers are trusted through the system CAs and, with TLS on, this node's own
-    certificate (a cluster may share one self-signed certificate)."""
-    if not config.tls_cert:
-        return True
-    context = ssl.create_default_context()
-    try:
-        context.load_verify_locations(config.tls_cert)
-    except (OSError, ssl.SSLError):
-        log.warning("cannot add %s to the trusted certificates", config.tls_cert)
-    return context
-
-
 def create_app(node: Node) -> Starlette:
     """The API of one node. Raises `raftcron.auth.AuthError` for an unusable tokens file."""
     ctx = ApiContext(node)
@@ -157,7 +143,7 @@ def create_app(node: Node) -> Starlette:
         # Calls to other nodes (their /v1/cluster) carry the node token; forwarded requests
         # set the caller's own Authorization header instead.
         app.state.http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {node_token(secret)}"}, verify=_peer_tls(config))
+            headers={"Authorization": f"Bearer {node_token(secret)}"}, verify=peer_tls(config))
         try:
             yield
         finally:

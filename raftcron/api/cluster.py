@@ -71,7 +71,14 @@ async def readyz(request: Request) -> JSONResponse:
     commit, applied = st.get("commit_index") or 0, st.get("raft_last_applied") or 0
     if commit - applied > MAX_READY_LAG:
         problems.append(f"{commit - applied} entries behind")
-    if st.get("clock_blocked"):
+    clock = st.get("clock") or {}
+    if clock.get("confirmed") is not True:
+        # Fail closed: as leader this node would lease and claim nothing.
+        problems.append(f"this node's clock is not confirmed by a majority "
+                        f"({clock.get('agreeing_peers')} peers agree, {clock.get('needed_peers')} "
+                        f"needed; skew {clock.get('skew_ms')} ms): as leader it leases and "
+                        f"claims nothing")
+    elif st.get("clock_blocked"):
         problems.append("the leader's clock is behind the cluster: it does not tick")
     tick_age_s = None
     if st["leader_id"] is not None:

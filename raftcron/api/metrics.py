@@ -164,8 +164,20 @@ class StateCollector(Collector):
         yield _gauge("raftcron_leader_duties", "1 when this node runs the leader duties",
                      int(bool(st.get("leader_duties"))))
         yield _gauge("raftcron_epoch", "Current committed epoch", counts.get("epoch"))
-        yield _gauge("raftcron_clock_blocked", "1 when the leader does not tick because its "
-                     "clock is behind the cluster", int(bool(st.get("clock_blocked"))))
+        yield _gauge("raftcron_clock_blocked", "1 when this node, as leader, would not tick: "
+                     "its clock is not confirmed by a majority or is behind the cluster",
+                     int(bool(st.get("clock_blocked"))))
+        clock_view = st.get("clock") or {}
+        yield _gauge("raftcron_clock_confirmed", "1 when a majority of the cluster (this node "
+                     "included) confirmed this node's clock within the tolerance; a leader "
+                     "leases and claims nothing while it is 0",
+                     int(clock_view.get("confirmed") is True))
+        probe_errors = CounterMetricFamily(
+            "raftcron_clock_probe_errors", "Failed clock probes of a peer (each counts as a "
+            "disagreement)", labels=["peer"])
+        for peer, errs in sorted((clock_view.get("probe_errors") or {}).items()):
+            probe_errors.add_metric([peer], errs["count"])
+        yield probe_errors
         tick = self.tick_ms
         yield _gauge("raftcron_last_tick_timestamp_seconds",
                      "When the leader's ticker last ran (as reported by the leader)",

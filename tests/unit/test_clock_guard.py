@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
 
+import httpx
 import pytest
 
 from raftcron.core.model import parse_job
-from raftcron.leader.clock import ClockGuard
+from raftcron.leader.clock import FRESH_S, ClockGuard
 from raftcron.leader.planner import JobRecord
 from raftcron.leader.ticker import Ticker
 
@@ -22,21 +27,103 @@ def guard_with(offsets: list[float], size: int = 3) -> ClockGuard:
 
 def test_agreeing_peers_trust_the_clock() -> None:
     g = guard_with([3.0, -40.0])
-    assert g.trusted() and abs(g.skew_ms() or 0) < 50
+    assert g.confirmed() and abs(g.skew_ms() or 0) < 50
 
 
 def test_a_fast_node_is_not_trusted_by_two_agreeing_peers() -> None:
     g = guard_with([-16_000.0, -16_010.0])  # both peers are 16 s behind this node
-    assert not g.trusted()
+    assert not g.confirmed()
     assert g.skew_ms() == 16_005
 
 
 def test_one_bad_peer_does_not_stop_a_good_node() -> None:
-    assert guard_with([10.0, 300_000.0]).trusted()
+    assert guard_with([10.0, 300_000.0]).confirmed()
 
 
-def test_with_no_measurement_the_clock_is_trusted() -> None:
-    assert ClockGuard(["http://p0", "http://p1"], 3).trusted()
+def test_with_no_measurement_the_clock_is_not_confirmed() -> None:
+    g = ClockGuard(["http://p0", "http://p1"], 3)
+    assert not g.confirmed()
+    assert g.describe()["confirmed"] is False and g.describe()["last_confirmed_at"] is None
+
+
+def test_stale_samples_do_not_confirm() -> None:
+    g = guard_with([3.0, -4.0])
+    assert g.confirmed()
+    for sample in g.samples.values():
+        sample.at -= FRESH_S + 1  # measured, but longer ago than the freshness bound
+    assert not g.confirmed()
+
+
+def test_a_minority_agreeing_does_not_confirm() -> None:
+    # Five nodes: this one and one peer agree, three peers are 20 s off.
+    assert not guard_with([1.0, 20_000.0, 20_000.0, 20_000.0], size=5).confirmed()
+    # One peer agreeing, the other not measured at all, in a five-node cluster.
+    g = ClockGuard([f"http://p{i}" for i in range(4)], 5)
+    g.record("http://p0", 1000.0, 1002.0, 1004.0)
+    assert not g.confirmed()
+    g.record("http://p1", 1000.0, 1002.0, 1004.0)
+    assert g.confirmed()  # three of five
+
+
+def test_one_agreeing_peer_confirms_when_the_other_is_down() -> None:
+    g = ClockGuard(["http://p0", "http://p1"], 3)
+    g.record("http://p0", 1000.0, 1002.0, 1004.0)
+    g.record_error("http://p1", "ConnectError: refused")
+    assert g.confirmed()
+
+
+def probing_guard(handler: Callable[[httpx.Request], httpx.Response]) -> ClockGuard:
+    """A guard whose two peers are probed once through `handler`."""
+    g = ClockGuard(["http://p0", "http://p1"], 3)
+
+    async def probe_all() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            await asyncio.gather(*(g._probe(client, u) for u in g.peer_urls))
+
+    asyncio.run(probe_all())
+    return g
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_probes_that_answer_confirm() -> None:
+    g = probing_guard(lambda r: httpx.Response(200, json={"now_ms": _now_ms()}))
+    assert g.confirmed() and g.describe()["last_confirmed_at"] is not None
+
+
+@pytest.mark.parametrize("answer", [
+    lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused", request=r)),
+    lambda r: (_ for _ in ()).throw(RuntimeError("unexpected")),
+    lambda r: httpx.Response(401, json={"now_ms": _now_ms()}),
+    lambda r: httpx.Response(200, text="not json"),
+    lambda r: httpx.Response(200, json={"now_ms": "soon"}),
+    lambda r: httpx.Response(200, json=[1, 2]),
+], ids=["refused", "raising", "http-401", "not-json", "no-number", "not-an-object"])
+def test_a_failing_probe_is_not_a_confirmation(answer: Callable) -> None:
+    g = probing_guard(answer)
+    assert not g.confirmed()
+    assert g.probe_errors_total() == 2
+    assert all(e["count"] == 1 and e["last"] for e in g.describe()["probe_errors"].values())
+
+
+def test_a_probe_error_discards_the_peers_earlier_sample() -> None:
+    g = guard_with([3.0, 4.0])
+    assert g.confirmed()
+    g.record_error("http://p0", "ReadTimeout")
+    g.record_error("http://p1", "ReadTimeout")
+    assert not g.confirmed() and not g.samples
+
+
+def test_probe_errors_are_logged_at_a_rate_limit(caplog: pytest.LogCaptureFixture) -> None:
+    g = ClockGuard(["http://p0"], 3)
+    with caplog.at_level(logging.WARNING, logger="raftcron.clock"):
+        for _ in range(50):
+            g.record_error("http://p0", "ConnectError: certificate verify failed")
+    logged = [r for r in caplog.records if "clock probe of http://p0 failed" in r.message]
+    assert len(logged) == 1 and "certificate verify failed" in logged[0].message
+    assert g.errors["http://p0"].count == 50
 
 
 def test_the_tightest_round_trip_wins() -> None:
@@ -66,10 +153,10 @@ def test_an_untrusted_ticker_claims_nothing_until_trusted() -> None:
 
 def test_a_distrusted_clock_stays_distrusted_when_measurements_go_stale() -> None:
     g = guard_with([-16_000.0, -16_000.0])
-    assert not g.trusted()
+    assert not g.confirmed()
     for sample in g.samples.values():
         sample.at -= 60  # peers unreachable for a minute
-    assert not g.fresh_offsets() and not g.trusted()
+    assert not g.fresh_offsets() and not g.confirmed()
 
 
 def test_a_gated_ticker_waits_instead_of_spinning() -> None:
@@ -115,19 +202,93 @@ def test_a_step_of_the_own_wall_clock_is_distrusted_at_once(
     monkeypatch.setattr("raftcron.leader.clock.time.monotonic", lambda: mono[0])
     for url in g.peer_urls:
         g.record(url, wall[0] * 1000 - 2, wall[0] * 1000, wall[0] * 1000 + 2)
-    assert g.trusted()
+    assert g.confirmed()
     wall[0] += 1.0
     mono[0] += 1.0  # time passes normally: still trusted
-    assert g.trusted()
+    assert g.confirmed()
     wall[0] += 8.0  # the wall clock jumps 8 s ahead; monotonic does not
-    assert not g.trusted()
+    assert not g.confirmed()
 
 
 def test_a_peer_measured_far_off_replaces_a_tighter_but_older_sample() -> None:
     g = ClockGuard(["http://p0", "http://p1"], 3)
     for url in g.peer_urls:
         g.record(url, 0.0, 1.0, 2.0)  # rtt 2 ms, offset 0
-    assert g.trusted()
+    assert g.confirmed()
     for url in g.peer_urls:
         g.record(url, 0.0, -16_000.0 + 10.0, 20.0)  # rtt 20 ms: looser, but 16 s apart
-    assert not g.trusted()
+    assert not g.confirmed()
+
+
+class _Guard:
+    """A clock guard whose verdict the test sets."""
+
+    def __init__(self) -> None:
+        self.ok = False
+
+    def confirmed(self) -> bool:
+        return self.ok
+
+
+def test_a_leader_begins_no_epoch_before_its_clock_is_confirmed() -> None:
+    """`Node._begin_epoch` proposes `begin_epoch` (or anything) only once confirmed."""
+    from raftcron.node import Node
+
+    proposed: list[object] = []
+
+    class _Proposer:
+        async def propose_leader(self, cmd: object) -> dict:
+            proposed.append(cmd)
+            return {"ok": False, "rejected": "stale_epoch", "epoch": 99}
+
+    node = SimpleNamespace(clock_guard=_Guard(), _role=(True, 7), stopping=False,
+                           _beginning=7, proposer=_Proposer(),
+                           config=SimpleNamespace(node_id="n1"))
+    node._wait_clock_confirmed = lambda term: Node._wait_clock_confirmed(node, term)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(Node._begin_epoch(node, 7))  # type: ignore[arg-type]
+        await asyncio.sleep(0.5)
+        assert proposed == [] and not task.done()  # not confirmed: nothing committed
+        node.clock_guard.ok = True
+        await asyncio.wait_for(task, 2)
+        assert [type(p).__name__ for p in proposed] == ["BeginEpoch"]
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_that_loses_the_term_unconfirmed_gives_up_beginning() -> None:
+    from raftcron.node import Node
+
+    node = SimpleNamespace(clock_guard=_Guard(), _role=(True, 7), stopping=False)
+
+    async def scenario() -> bool:
+        task = asyncio.ensure_future(Node._wait_clock_confirmed(node, 7))  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)
+        node._role = (False, 8)  # handed over while waiting
+        return await asyncio.wait_for(task, 2)
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_a_hanging_peer_does_not_delay_the_others_probes() -> None:
+    """Each peer is probed on its own: one that never answers (a paused node accepts TCP)
+    does not hold back the measurement of the healthy one."""
+    answered: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "hangs":
+            await asyncio.sleep(30)
+        answered.append(request.url.host)
+        return httpx.Response(200, json={"now_ms": _now_ms()})
+
+    g = ClockGuard(["http://hangs", "http://ok"], 3, period_s=0.05)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(g.run(transport=httpx.MockTransport(handler)))
+        await asyncio.sleep(0.5)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert answered.count("ok") >= 3, answered
+    assert set(g.samples) == {"http://ok"} and g.confirmed()

@@ -16,7 +16,9 @@ Before that, this transport:
   legitimate peer waits for our answer), checked on the length prefix the moment its
   four bytes arrive, so an announced 1 GiB costs four bytes of buffer;
 - drops an accepted connection that has not authenticated within `auth_deadline_s`;
-- holds at most `max_unauthenticated` accepted connections; one beyond is closed at once.
+- holds at most `max_unauthenticated` accepted connections, and at most
+  `max_unauthenticated_per_host` from one source address (so that one stranger's host
+  cannot take every slot from a restarting peer); one beyond is closed at once.
 
 Authenticated traffic keeps pysyncobj's protocol, timeouts and idle links unchanged. Its
 messages are capped at `message_max_bytes`, far above anything raftcron sends (see
@@ -75,6 +77,7 @@ class PortLimits:
     message_max_bytes: int = 64 << 20
     auth_deadline_s: float = 5.0
     max_unauthenticated: int = 64
+    max_unauthenticated_per_host: int = 16
     listen_backlog: int = 128
 
 
@@ -87,6 +90,7 @@ class PortStats:
     auth_timeouts: int = 0  # dropped at the deadline without authenticating
     refused: int = 0  # closed at accept: too many unauthenticated connections
     largest_message: int = 0  # the largest length prefix accepted so far
+    peer_links_lost: int = 0  # connections to cluster members that went down, any cause
 
 
 class GuardedConnection(TcpConnection):
@@ -101,6 +105,7 @@ class GuardedConnection(TcpConnection):
         self.limits = limits
         self.stats = stats
         self.authenticated = False
+        self.peer_host: str | None = None  # source address of an accepted connection
         self._checked_upto = 0  # buffer offset of the next length prefix not yet checked
         super().__init__(*args, **kwargs)
 
@@ -214,20 +219,20 @@ class GuardedTcpServer(TcpServer):
     def _accept(self, descr: int, event: int) -> None:
         if event & POLL_EVENT_TYPE.READ:
             try:
-                sock, _addr = self._TcpServer__socket.accept()
+                sock, addr = self._TcpServer__socket.accept()
             except OSError as e:
                 if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
                     self.unbind()
                     return
             else:
-                if not self._transport.admit():
+                if not self._transport.admit(addr[0]):
                     sock.close()
                 else:
-                    self._serve(sock)
+                    self._serve(sock, addr[0])
         if event & POLL_EVENT_TYPE.ERROR:
             self.unbind()
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, host: str) -> None:
         send_size = self._TcpServer__sendBufferSize
         recv_size = self._TcpServer__recvBufferSize
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_size)
@@ -240,6 +245,7 @@ class GuardedTcpServer(TcpServer):
             sendBufferSize=send_size, recvBufferSize=recv_size,
             keepalive=self._TcpServer__keepalive,
             limits=self._transport.limits, stats=self._transport.port_stats)
+        conn.peer_host = host
         self._TcpServer__onNewConnectionCallback(conn)
 
     _TcpServer__onNewConnection = _accept
@@ -276,14 +282,17 @@ class GuardedTCPTransport(TCPTransport):
         for conn in [c for c in self._pending if c.authenticated]:
             del self._pending[conn]
 
-    def admit(self) -> bool:
-        """Called on accept: False closes the new connection."""
-        if self.unauthenticated() < self.limits.max_unauthenticated:
+    def admit(self, host: str) -> bool:
+        """Called on accept of a connection from `host`: False closes it."""
+        total = self.unauthenticated()
+        from_host = sum(1 for c in self._pending if c.peer_host == host)
+        if (total < self.limits.max_unauthenticated
+                and from_host < self.limits.max_unauthenticated_per_host):
             return True
         self.port_stats.refused += 1
         log_sparsely(self.port_stats.refused, "Raft port: %d unauthenticated connections "
-                     "already, refusing new ones (%d refused so far)", len(self._pending),
-                     self.port_stats.refused)
+                     "(%d from %s) already, refusing new ones (%d refused so far)", total,
+                     from_host, host, self.port_stats.refused)
         return False
 
     def _onNewIncomingConnection(self, conn: GuardedConnection) -> None:  # noqa: N802
@@ -292,6 +301,8 @@ class GuardedTCPTransport(TCPTransport):
 
     def _onDisconnected(self, conn: Any) -> None:  # noqa: N802
         self._pending.pop(conn, None)
+        if self._connToNode(conn) in self._nodes:
+            self.port_stats.peer_links_lost += 1
         super()._onDisconnected(conn)
 
     def _onTick(self) -> None:  # noqa: N802

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import struct
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pysyncobj import FAIL_REASON
 
 from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transport import GuardedTCPTransport, PortLimits, PortStats
@@ -21,6 +23,8 @@ from raftcron.state.machine import StateMachine
 from raftcron.testing import free_port_base
 
 SECRET = "integration-secret-0123456789"
+GUARD_COUNTERS = ("oversized", "pre_auth_overflow", "auth_timeouts", "refused",
+                  "peer_links_lost")
 PREFIX = struct.Struct("i")
 
 
@@ -86,8 +90,10 @@ def single(tmp_path: Path) -> Iterator[Callable[..., tuple[RaftNode, int]]]:
         node.destroy()
 
 
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=5)
+def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    """A connection to the node's Raft port from the loopback address `source`."""
+    return socket.create_connection(("127.0.0.1", port), timeout=5,
+                                    source_address=(source, 0))
 
 
 def test_length_prefix_over_the_cap_closes_before_anything_is_buffered(single) -> None:
@@ -156,12 +162,31 @@ def test_connection_beyond_the_unauthenticated_cap_is_refused(single) -> None:
             s.close()
 
 
+def test_one_host_cannot_take_every_unauthenticated_slot(single) -> None:
+    node, port = single(max_unauthenticated=4, max_unauthenticated_per_host=2,
+                        auth_deadline_s=60)
+    transport = transport_of(node)
+    held = [connect(port, "127.0.0.2") for _ in range(2)]
+    try:
+        eventually(lambda: transport.unauthenticated() == 2)
+        with connect(port, "127.0.0.2") as third:
+            assert closed_by_peer(third, within=5)
+        assert transport.port_stats.refused == 1
+        held.append(connect(port, "127.0.0.3"))  # another host still gets a slot
+        eventually(lambda: transport.unauthenticated() == 3)
+        assert not any(closed_by_peer(s, within=0.2) for s in held)
+        assert transport.port_stats.refused == 1
+    finally:
+        for s in held:
+            s.close()
+
+
 @pytest.fixture
 def trio(tmp_path: Path) -> Iterator[list[RaftNode]]:
-    """Three RaftNodes with tight limits: a short deadline and a cap of 2."""
+    """Three RaftNodes with tight limits: a 1 s deadline and a cap of 2."""
     base = free_port_base(3)
     ports = [base + i for i in range(3)]
-    limits = PortLimits(auth_deadline_s=0.5, max_unauthenticated=2)
+    limits = PortLimits(auth_deadline_s=1.0, max_unauthenticated=2)
     nodes = [make_node(tmp_path, ports, i, limits) for i in range(3)]
     try:
         yield nodes
@@ -173,6 +198,34 @@ def trio(tmp_path: Path) -> Iterator[list[RaftNode]]:
 def leader_of(nodes: list[RaftNode]) -> RaftNode | None:
     leaders = [n for n in nodes if n.is_leader()]
     return leaders[0] if len(leaders) == 1 else None
+
+
+def settled(nodes: list[RaftNode]) -> RaftNode:
+    """The leader, once all three nodes agree on it and every node has applied its epoch."""
+    def agreed() -> RaftNode | None:
+        leader = leader_of(nodes)
+        if leader is None or any(n.leader_addr() != leader.selfNode.address for n in nodes):
+            return None
+        return leader if all(n.raftLastApplied >= leader.raftCommitIndex for n in nodes) \
+            else None
+    return eventually(agreed, timeout=60)
+
+
+# A change of leader (three nodes in one process on a loaded machine) only means "retry".
+RETRY = {FAIL_REASON.DISCARDED, FAIL_REASON.LEADER_CHANGED, FAIL_REASON.NOT_LEADER,
+         FAIL_REASON.MISSING_LEADER}
+
+
+def submit_until_applied(nodes: list[RaftNode], payloads: list[bytes]) -> list[Any]:
+    """Barriers are no-ops: re-propose them all on a leader change. pysyncobj 0.3.17 also
+    leaves a callback unanswered at times when the leader changes with entries in flight
+    (seen with its own transport as well): that counts as a leader change too."""
+    results: list[Any] = []
+    for _ in range(5):
+        results = submit_all(settled(nodes), payloads)
+        if not any(r is None or r[1] in RETRY for r in results):
+            return results
+    raise AssertionError(f"no stable leader to apply on: {results}")
 
 
 def submit_all(leader: RaftNode, payloads: list[bytes]) -> list[Any]:
@@ -189,42 +242,40 @@ def submit_all(leader: RaftNode, payloads: list[bytes]) -> list[Any]:
 
     for i, data in enumerate(payloads):
         leader.submit(data, callback=callback(i))
-    assert done.wait(30)
-    return results
+    done.wait(15)
+    return list(results)
 
 
 def test_authenticated_peers_keep_large_messages_and_idle_links(trio) -> None:
-    leader = eventually(lambda: leader_of(trio), timeout=20)
-    term = leader.term()
+    settled(trio)
+    before = [dataclasses.replace(stats_of(n)) for n in trio]
     # A small entry then a large one: pysyncobj sends both in one append message, whole.
     big = Barrier(os.urandom(500_000).hex())  # 1 MB of text, ~0.7 MB on the wire
-    results = submit_all(leader, [encode(Barrier("small")), encode(big)])
+    results = submit_until_applied(trio, [encode(Barrier("small")), encode(big)])
     assert all(err == 0 and res["ok"] for res, err in results), results
-    last = leader.raftLastApplied
+    last = max(n.raftLastApplied for n in trio)
     eventually(lambda: all(n.raftLastApplied >= last for n in trio))
     assert max(stats_of(n).largest_message for n in trio) > 8 * 65536  # many batches
-    time.sleep(1.5)  # three times the deadline: authenticated links are idle, not dropped
-    assert [n.term() for n in trio] == [term] * 3
-    results = submit_all(leader, [encode(Barrier("after-idle"))])
+    time.sleep(3)  # three times the deadline: authenticated links are idle, not dropped
+    results = submit_until_applied(trio, [encode(Barrier("after-idle"))])
     assert results[0][1] == 0
-    for node in trio:
-        stats = stats_of(node)
-        assert (stats.oversized, stats.pre_auth_overflow, stats.auth_timeouts,
-                stats.refused) == (0, 0, 0, 0)
+    for node, was in zip(trio, before, strict=True):
+        now = stats_of(node)
+        assert [(getattr(now, k) - getattr(was, k)) for k in GUARD_COUNTERS] == [0] * 5, now
 
 
 def test_peers_stay_connected_while_strangers_fill_the_port(trio) -> None:
-    leader = eventually(lambda: leader_of(trio), timeout=20)
-    term = leader.term()
+    leader = settled(trio)
+    links_lost = [stats_of(n).peer_links_lost for n in trio]
     port = int(leader.selfNode.address.rsplit(":", 1)[1])
     junk = [connect(port) for _ in range(10)]  # cap is 2: most are refused at accept
     try:
         for s in junk[:5]:
             s.sendall(PREFIX.pack(1 << 30))
         assert all(closed_by_peer(s, within=5) for s in junk)
-        results = submit_all(leader, [encode(Barrier("during-junk"))])
+        results = submit_until_applied(trio, [encode(Barrier("during-junk"))])
         assert results[0][1] == 0
-        assert [n.term() for n in trio] == [term] * 3
+        assert [stats_of(n).peer_links_lost for n in trio] == links_lost
         stats = stats_of(leader)
         assert stats.refused + stats.oversized + stats.auth_timeouts == 10
     finally:

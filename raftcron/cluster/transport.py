@@ -67,10 +67,11 @@ class PortLimits:
     message_max_bytes: pysyncobj splits snapshots into `logCompactionBatchSize` chunks
     (64 KiB) and entries into `appendEntriesBatchSizeBytes` (64 KiB) batches, but a batch
     ends with the entry that crosses the limit, whole, and a forwarded command travels in
-    one message. So the largest message is bounded by the largest command: an API request
-    body is at most 1 MiB (api.errors.MAX_BODY_BYTES) and leader duties batch at most
-    a few hundred KiB; encrypted that is under 4/3 x their size. 64 MiB leaves a wide
-    margin and is 32 times below the 2 GiB pysyncobj would buffer.
+    one message. So the largest message is bounded by the largest command, and raftcron's
+    commands are built from API bodies of at most 1 MiB (api.errors.MAX_BODY_BYTES) or
+    from the leader's bounded batches; zlib then Fernet make that at most about 4/3 of it.
+    64 MiB leaves a wide margin and is 32 times below the 2 GiB pysyncobj would buffer;
+    a larger message closes the link (logged), it is never buffered.
     """
 
     handshake_max_bytes: int = 4096

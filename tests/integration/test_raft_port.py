@@ -8,15 +8,25 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pysyncobj.pickle as raft_pickle
 import pytest
 from pysyncobj import FAIL_REASON
+from pysyncobj.encryptor import getEncryptor
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from raftcron.cluster.raft import RaftNode
-from raftcron.cluster.transport import GuardedTCPTransport, PortLimits, PortStats
+from raftcron.cluster.transport import (
+    GuardedConnection,
+    GuardedTCPTransport,
+    PortLimits,
+    PortStats,
+)
 from raftcron.core.commands import Barrier, encode
 from raftcron.state.db import open_writer
 from raftcron.state.machine import StateMachine
@@ -281,3 +291,70 @@ def test_peers_stay_connected_while_strangers_fill_the_port(trio) -> None:
     finally:
         for s in junk:
             s.close()
+
+
+class Framer:
+    """Frames messages as pysyncobj's TcpConnection.send does (without a rand key)."""
+
+    def __init__(self) -> None:
+        self.encryptor = getEncryptor(SECRET)
+
+    def frame(self, message: Any) -> bytes:
+        token = self.encryptor.encrypt_at_time(zlib.compress(raft_pickle.dumps(message), 3),
+                                               int(time.monotonic()))
+        return PREFIX.pack(len(token)) + token
+
+
+@pytest.fixture
+def guarded_pair() -> Iterator[tuple[GuardedConnection, socket.socket, list[Any], Any]]:
+    """A GuardedConnection on one end of a socketpair, read by pysyncobj's poller."""
+    poller = createPoller("auto")
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    received: list[Any] = []
+    conn = GuardedConnection(poller=poller, socket=ours, timeout=3600.0,
+                             limits=PortLimits(message_max_bytes=1 << 20), stats=PortStats())
+    conn.encryptor = getEncryptor(SECRET)
+    conn.setOnMessageReceivedCallback(received.append)
+    yield conn, theirs, received, poller
+    conn.disconnect()
+    theirs.close()
+
+
+def pump(poller: Any, until: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not until():
+        assert time.monotonic() < deadline, "condition not reached"
+        poller.poll(0.01)
+
+
+def test_guarded_connection_parses_coalesced_and_split_messages(guarded_pair) -> None:
+    conn, theirs, received, poller = guarded_pair
+    framer = Framer()
+    theirs.sendall(framer.frame("handshake"))
+    pump(poller, lambda: received == ["handshake"])
+    assert conn.authenticated
+    # Three messages in one write, then a 300 KB one in 1 KiB pieces.
+    theirs.sendall(b"".join(framer.frame(i) for i in range(3)))
+    pump(poller, lambda: len(received) == 4)
+    big = os.urandom(300_000)
+    data = framer.frame(big)
+    for pos in range(0, len(data), 1024):
+        theirs.sendall(data[pos:pos + 1024])
+        poller.poll(0)
+    pump(poller, lambda: len(received) == 5)
+    assert received == ["handshake", 0, 1, 2, big]
+    assert conn.state == CONNECTION_STATE.CONNECTED
+
+
+def test_guarded_connection_caps_authenticated_messages_too(guarded_pair) -> None:
+    conn, theirs, received, poller = guarded_pair
+    framer = Framer()
+    theirs.sendall(framer.frame("handshake"))
+    pump(poller, lambda: conn.authenticated)
+    theirs.sendall(framer.frame("ok"))
+    pump(poller, lambda: received == ["handshake", "ok"])
+    theirs.sendall(PREFIX.pack(2 << 20))  # over this connection's 1 MiB cap
+    pump(poller, lambda: conn.state == CONNECTION_STATE.DISCONNECTED)
+    assert received == ["handshake", "ok"]
+    assert conn.stats.oversized == 1

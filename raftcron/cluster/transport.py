@@ -31,6 +31,7 @@ the first message parsed then counts as the handshake. raftcron always sets one.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import socket
@@ -162,7 +163,7 @@ class GuardedConnection(TcpConnection):
         try:
             incoming = sock.recv(self._TcpConnection__recvBufferSize)
         except OSError as e:
-            if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.disconnect()
             return False
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or not incoming:
@@ -179,17 +180,20 @@ class GuardedConnection(TcpConnection):
         (length,) = PREFIX.unpack_from(buf, 0)
         if len(buf) - PREFIX.size < length:
             return None
-        data = bytes(memoryview(buf)[PREFIX.size:PREFIX.size + length])
+        with memoryview(buf) as view:  # released before the buffer is resized below
+            data = bytes(view[PREFIX.size:PREFIX.size + length])
         try:
             if self.encryptor:
                 timestamp = self.encryptor.extract_timestamp(data)
-                assert timestamp >= self.recvLastTimestamp
+                if timestamp < self.recvLastTimestamp:
+                    raise ValueError("replayed or reordered token")
                 self.recvLastTimestamp = timestamp
                 data = self.encryptor.decrypt(data)
             message = raft_pickle.loads(zlib.decompress(data))
             if self.recvRandKey:
                 rand_key, message = message
-                assert rand_key == self.recvRandKey
+                if rand_key != self.recvRandKey:
+                    raise ValueError("message for another connection")
         except Exception:  # noqa: BLE001 - pysyncobj's own rule: anything wrong closes
             self.disconnect()
             return None
@@ -222,7 +226,7 @@ class GuardedTcpServer(TcpServer):
             try:
                 sock, addr = self._TcpServer__socket.accept()
             except OSError as e:
-                if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
+                if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                     self.unbind()
                     return
             else:
@@ -275,12 +279,17 @@ class GuardedTCPTransport(TCPTransport):
             connectionTimeout=conf.connectionTimeout, transport=self)
 
     def unauthenticated(self) -> int:
-        """Accepted connections that have not authenticated yet (tick thread's view)."""
-        self._forget_authenticated()
+        """Accepted connections not yet known as a cluster node (tick thread's view)."""
+        self._forget_identified()
         return len(self._pending)
 
-    def _forget_authenticated(self) -> None:
-        for conn in [c for c in self._pending if c.authenticated]:
+    def _forget_identified(self) -> None:
+        """A connection leaves the deadline and the count once pysyncobj has matched it
+        to a node: that takes the peer's key (first message) and then its address sent
+        with our fresh random key, which a replayed handshake token cannot produce. (It
+        also drops pysyncobj's utility connections at the deadline: raftcron uses none.)"""
+        unknown = self._unknownConnections
+        for conn in [c for c in self._pending if c.authenticated and c not in unknown]:
             del self._pending[conn]
 
     def admit(self, host: str) -> bool:
@@ -313,7 +322,7 @@ class GuardedTCPTransport(TCPTransport):
     def _drop_late(self) -> None:
         if not self._pending:
             return
-        self._forget_authenticated()
+        self._forget_identified()
         too_old = monotonic_time() - self.limits.auth_deadline_s
         for conn in [c for c, at in self._pending.items() if at < too_old]:
             self._pending.pop(conn, None)

@@ -358,3 +358,15 @@ def test_guarded_connection_caps_authenticated_messages_too(guarded_pair) -> Non
     pump(poller, lambda: conn.state == CONNECTION_STATE.DISCONNECTED)
     assert received == ["handshake", "ok"]
     assert conn.stats.oversized == 1
+
+
+def test_replayed_handshake_without_an_identity_is_dropped_at_the_deadline(single) -> None:
+    """A valid first token (as replayed from a captured handshake) proves nothing more:
+    the address must come with the node's fresh random key, so the stranger stays
+    unidentified and is dropped at the deadline like any other."""
+    node, port = single(auth_deadline_s=0.5)
+    with connect(port) as sock:
+        sock.sendall(Framer().frame(os.urandom(32)))
+        assert sock.recv(4096), "the node answers a valid handshake with its own key"
+        assert closed_by_peer(sock, within=5)
+    assert stats_of(node).auth_timeouts == 1

@@ -15,7 +15,9 @@ Before that, this transport:
 - accepts a first message of at most `handshake_max_bytes` and nothing after it (a
   legitimate peer waits for our answer), checked on the length prefix the moment its
   four bytes arrive, so an announced 1 GiB costs four bytes of buffer;
-- drops an accepted connection that has not authenticated within `auth_deadline_s`;
+- drops an accepted connection that pysyncobj has not matched to a cluster node within
+  `auth_deadline_s` (key, then address under our fresh random key: a replayed handshake
+  token does not get that far);
 - holds at most `max_unauthenticated` accepted connections, and at most
   `max_unauthenticated_per_host` from one source address (so that one stranger's host
   cannot take every slot from a restarting peer); one beyond is closed at once.

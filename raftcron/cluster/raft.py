@@ -23,6 +23,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.serializer import SERIALIZER_STATE
 
 from raftcron.cluster import durability, membership
+from raftcron.cluster.transport import GuardedTCPTransport, PortLimits
 from raftcron.core.commands import UndecodableCommand
 from raftcron.state.db import ensure_schema, get_meta
 from raftcron.state.machine import StateMachine
@@ -245,8 +246,11 @@ class RaftNode(SyncObj):
         extra_conf: dict[str, Any] | None = None,
         durable: bool = True,
         db_path: str | None = None,
+        port_limits: PortLimits | None = None,
     ) -> None:
         self._machine = machine
+        # Read by GuardedTCPTransport: what a stranger on the Raft port may cost.
+        self.port_limits = port_limits or PortLimits()
         self._apply_lock = apply_lock
         self.on_members_changed: Callable[[], None] | None = None
         self._store = SnapshotStore(machine.conn, apply_lock, db_path)
@@ -262,7 +266,7 @@ class RaftNode(SyncObj):
         if durable:
             durability.install_module_patches()
         self._last_tick = time.monotonic()
-        super().__init__(self_addr, peer_addrs, conf)
+        super().__init__(self_addr, peer_addrs, conf, transportClass=GuardedTCPTransport)
         self.addOnTickCallback(self._forgive_stalls)
         # Sync the journal before any message leaves this node (see cluster.durability).
         self.journal_syncer = durability.make_durable(self) if durable else None

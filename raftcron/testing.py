@@ -204,11 +204,28 @@ class LocalCluster:
         return {nid: self.get(nid, "/v1/digest") for nid in self.procs}
 
     def wait_converged(self, timeout: float = 30) -> dict[str, dict[str, Any]]:
+        """Until every node has reported the same applied index, compared at that index.
+
+        Nodes that keep applying (a ticking leader) are seldom at one index at the same
+        poll, so every (index, digest) a node reports during this call is kept, and the
+        newest index that all of them reported decides: equal digests there return them;
+        different ones are a divergence and fail at once."""
+        seen: dict[str, dict[int, str]] = {}
+
         def same() -> dict[str, dict[str, Any]] | None:
-            d = self.digests()
-            if len({(v["last_applied_index"], v["digest"]) for v in d.values()}) == 1:
-                return d
-            return None
+            for nid, v in self.digests().items():
+                seen.setdefault(nid, {})[int(v["last_applied_index"])] = v["digest"]
+            if set(seen) != set(self.procs):
+                return None
+            common = set.intersection(*(set(seen[n]) for n in self.procs))
+            if not common:
+                return None
+            index = max(common)
+            at = {n: seen[n][index] for n in self.procs}
+            if len(set(at.values())) != 1:
+                raise AssertionError(f"digests differ at applied index {index}: {at}")
+            return {n: {"node_id": n, "last_applied_index": index, "digest": at[n]}
+                    for n in self.procs}
 
         return wait_until(same, timeout, interval=0.3, message="equal digests on all nodes")
 

@@ -96,16 +96,26 @@ def sink_writing_jobs(ops: list[dict[str, Any]]) -> set[str]:
     """Jobs whose target posts its effect to the sink (every run of them must show up)."""
     out = set()
     for op in ops:
-        if op["f"] == "create" and "/effect" in str(
-                (op["invoke"].get("spec") or {}).get("target", {}).get("shell", "")):
+        target = (op["invoke"].get("spec") or {}).get("target", {})
+        if op["f"] == "create" and "/effect" in str(target.get("shell", "")) + str(
+                (target.get("http") or {}).get("url", "")):
             out.add(op["invoke"]["job"])
     return out
 
 
 def check_effects(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any],
                   attempts: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    offers = replay_fence(sink)
     merged = merged_attempts(attempts)
+    by_token = {a["fencing_token"]: a["id"] for lst in merged.values() for a in lst
+                if a.get("fencing_token") is not None}
+    # HTTP targets do not name their attempt: the token (unique per attempt) does.
+    sched_of = {o["id"]: o["scheduled_for"] for n in nodes.values()
+                for o in n.get("occurrences", [])}
+    sink = [s if s.get("attempt") and s.get("scheduled_for") else
+            {**s, "attempt": s.get("attempt") or by_token.get(int(s.get("token", -1))),
+             "scheduled_for": s.get("scheduled_for") or sched_of.get(s.get("occurrence"))}
+            for s in sink]
+    offers = replay_fence(sink)
     status_of = {a["id"]: a["status"] for lst in merged.values() for a in lst}
     kinds = {o["id"]: o["kind"] for n in nodes.values() for o in n.get("occurrences", [])}
     _check_tokens(rep, offers, merged, status_of)

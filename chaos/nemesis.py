@@ -46,8 +46,8 @@ class Planned:
 
 
 def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
-    """The fault schedule. ci: every kind once, shuffled. soak: random kinds (and pairs
-    run together) until the budget is used."""
+    """The fault schedule. ci: every kind once, shuffled. long and soak: random kinds,
+    one at a time, until the budget is used."""
     rng = random.Random(seed)
     out: list[Planned] = []
     if profile == "ci":

@@ -31,8 +31,11 @@ class Sink:
         self.log = open(log_path, "a", buffering=1)
 
     def record(self, h: dict[str, str]) -> dict[str, Any]:
-        token = int(h.get("x-token") or -1)
-        key = h.get("x-key") or h.get("x-occ") or ""
+        # Shell jobs name everything in X- headers; an HTTP target sends the lease's own
+        # Idempotency-Key (the occurrence id) and X-Raftcron-Fencing-Token, and the checker
+        # finds the attempt from the token.
+        token = int(h.get("x-token") or h.get("x-raftcron-fencing-token") or -1)
+        key = h.get("x-key") or h.get("idempotency-key") or h.get("x-occ") or ""
         wall = time.time()
         with self.lock:
             self.seq += 1
@@ -42,7 +45,7 @@ class Sink:
                 "event": "offer", "seq": self.seq, "response": 200,
                 "wall": round(wall, 6), "cluster_wall": round(wall + self.base_offset_s, 6),
                 "mono": round(time.monotonic(), 6), "key": key, "job": h.get("x-job"),
-                "occurrence": h.get("x-occ"), "attempt": h.get("x-attempt"),
+                "occurrence": h.get("x-occ") or key, "attempt": h.get("x-attempt"),
                 "scheduled_for": h.get("x-sched"), "worker": h.get("x-worker"),
                 "token": token, "prev_max": prev,
                 "replay": bool(prev is not None and token == prev),

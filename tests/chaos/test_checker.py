@@ -673,3 +673,24 @@ def test_misfire_policies_after_an_outage(policy: str, fired: set[int], ok: bool
     run = outage(policy, fired)
     v = check(run)["violations"]
     assert ("misfire_policy" not in v) is ok, v.get("misfire_policy")
+
+
+def test_http_target_offers_are_matched_by_their_token() -> None:
+    """An HTTP target names only its idempotency key and token: the checker finds the
+    attempt from the token and the instant from the occurrence, so its checks still fire."""
+    run = clean_run()
+    for s in run["sink"]:
+        s.pop("attempt")
+        s.pop("scheduled_for")
+    assert check(run)["violations"] == {}
+    s = run["sink"][4]
+    o_at = ts_of({"scheduled_for": run["final"]["nodes"]["n1"]["occurrences"][4][
+        "scheduled_for"]})
+    s["cluster_wall"] = o_at - 0.8
+    assert "early_fire" in check(run)["violations"]
+    run = clean_run()
+    gone = run["sink"].pop(6)
+    for s in run["sink"]:
+        s.pop("attempt")
+    assert {x["occurrence"] for x in check(run)["violations"]["success_without_effect"]} == {
+        gone["occurrence"]}

@@ -222,7 +222,7 @@ def _check_policy(rep: Report, nid: str, job: str, occs: list[dict[str, Any]],
     run: list[tuple[dict[str, Any], float]] = []
 
     def close_run() -> None:
-        fire = {o["id"] for o, _ in run[len(run) - keep:]} if keep else set()
+        fire = {o["id"] for o, _ in run[max(0, len(run) - keep):]} if keep else set()
         for o, late in run:
             skipped = o["status"] == "skipped" and o["reason"] == "misfire"
             if o["id"] in fire and skipped:

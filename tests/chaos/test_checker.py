@@ -694,3 +694,21 @@ def test_http_target_offers_are_matched_by_their_token() -> None:
         s.pop("attempt")
     assert {x["occurrence"] for x in check(run)["violations"]["success_without_effect"]} == {
         gone["occurrence"]}
+
+
+def test_catch_up_with_fewer_missed_instants_than_its_max_fires_them_all() -> None:
+    """Two missed instants under catch_up_max=3 both fire (a real run showed this shape)."""
+    def short_outage(fired: set[int]) -> dict[str, Any]:
+        run = outage("catch_up", set())
+        for occs in nodes_occ(run):
+            for o in occs:
+                t = ts_of(o) if o["kind"] == "scheduled" else None
+                if t is not None and T0 + 14 <= t <= T0 + 28:
+                    o.update(status="succeeded", reason=None,
+                             created_at=iso(t + 3.5 if t in (T0 + 24, T0 + 26) else t - 0.5))
+                    if t in (T0 + 24, T0 + 26) and t not in fired:
+                        o.update(status="skipped", reason="misfire")
+        return run
+
+    assert "misfire_policy" not in check(short_outage({T0 + 24, T0 + 26}))["violations"]
+    assert "misfire_policy" in check(short_outage({T0 + 26}))["violations"]

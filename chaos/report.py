@@ -28,8 +28,8 @@ def write_report(d: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
     sink_stats = st.get("sink") or {}
     if "early_bound_s" in sink_stats:
         lines += ["", f"early_fire bound: {sink_stats['early_bound_s']} s (the clock guard's "
-                  "0.5 s plus the sink's stated clock error); latest-to-earliest effect seen: "
-                  f"{sink_stats.get('earliest_effect_s')} s before its instant."]
+                  "0.5 s plus the sink's stated clock error); the earliest effect reached the sink "
+                  f"{sink_stats.get('earliest_effect_s')} s before its instant (negative: after)."]
     lines += ["", "## Violations", ""]
     if not summary["violations"]:
         lines.append("none")

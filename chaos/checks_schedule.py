@@ -44,7 +44,9 @@ DEFAULTS = {"misfire_policy": "skip", "misfire_grace_s": 60, "catch_up_max": 100
 
 def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, dict[int, Any]]:
     """job -> version -> {cron, tz, gap, fold, invoke, ok}: creates and acknowledged edits
-    (with the time the edit was sent and acknowledged), then reads and final job rows."""
+    (with the time the edit was sent and acknowledged), edits whose answer was lost (the
+    version they would have made, from If-Match, with their body), consistent reads (the
+    version existed by the read's answer), then the final job rows."""
     out: dict[str, dict[int, Any]] = defaultdict(dict)
     for op in ops:
         inv, done = op["invoke"], op.get("done")
@@ -65,6 +67,37 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
                 "gap": s.get("dst_gap", "auto"), "fold": s.get("dst_fold", "auto"),
                 "invoke": min(prev.get("invoke", 1e18), inv["cluster_wall"]),
                 "ok": min(prev.get("ok", 1e18), done["cluster_wall"])}
+    for op in ops:  # an edit whose answer was lost: the version it would make, its body
+        inv, done = op["invoke"], op.get("done") or {}
+        v = (inv.get("expected_version") or 0) + 1
+        if op["f"] != "edit" or v < 2 or done.get("type") == "ok":
+            continue
+        s = inv["body"]["schedule"]
+        cur = out[inv["job"]].get(v)
+        if cur is None:
+            out[inv["job"]][v] = {"cron": s["cron"], "tz": s.get("timezone", "UTC"),
+                                  "gap": s.get("dst_gap", "auto"),
+                                  "fold": s.get("dst_fold", "auto"),
+                                  "invoke": inv["cluster_wall"], "ok": None, "unsure": True}
+        elif cur.get("unsure") and cur["cron"] != s["cron"]:
+            cur["conflict"] = True
+    for op in ops:  # a consistent read saw version v (and its cron) by its answer
+        inv, done = op["invoke"], op.get("done") or {}
+        resp = done.get("response") or {}
+        v = resp.get("version")
+        if op["f"] != "read" or done.get("type") != "ok" or not v or not resp.get("cron"):
+            continue
+        cur = out[inv["job"]].get(v)
+        if cur is None or cur.get("unsure"):
+            out[inv["job"]][v] = {"cron": resp["cron"], "tz": (cur or {}).get("tz", "UTC"),
+                                  "gap": "auto", "fold": "auto",
+                                  "invoke": (cur or {}).get("invoke"),
+                                  "ok": done["cluster_wall"]}
+        elif cur.get("ok") is None or done["cluster_wall"] < cur["ok"]:
+            cur["ok"] = min(cur.get("ok") or 1e18, done["cluster_wall"])
+    for job_versions_ in out.values():  # two lost edits that disagree: unknown after all
+        for v in [v for v, spec in job_versions_.items() if spec.get("conflict")]:
+            del job_versions_[v]
     for node in nodes.values():
         for job in node.get("jobs", []):
             v = job["version"]

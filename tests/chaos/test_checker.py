@@ -712,3 +712,33 @@ def test_catch_up_with_fewer_missed_instants_than_its_max_fires_them_all() -> No
 
     assert "misfire_policy" not in check(short_outage({T0 + 24, T0 + 26}))["violations"]
     assert "misfire_policy" in check(short_outage({T0 + 26}))["violations"]
+
+
+def unknown_edit_run(*bodies: str) -> dict[str, Any]:
+    """An edit to */3 whose answer was lost (type info, If-Match version 1), committed as
+    version 2: found in a real ci run (seed 801648)."""
+    run = clean_run()
+    for i, cron in enumerate(bodies):
+        run["history"] += hist_op(30 + i, "edit", "info", T0 + 20, job="j", key=f"e{i}",
+                                  expected_version=1, body={"schedule": {"cron": cron}})
+    for occs in nodes_occ(run):
+        occs[:] = [o for o in occs if o["kind"] != "scheduled" or ts_of(o) <= T0 + 20]
+        occs += [occ(t, version=2) for t in range(T0 + 21, END + 6) if t % 3 == 0]
+    add_effects(run, [occ(t, version=2) for t in range(T0 + 21, END + 6) if t % 3 == 0])
+    for node in run["final"]["nodes"].values():  # the final read shows a later version
+        node["jobs"][0].update(version=3)
+    return run
+
+
+def test_edit_with_a_lost_answer_is_known_from_its_body() -> None:
+    run = unknown_edit_run("*/3 * * * * *")
+    assert check(run)["violations"] == {}
+    for occs in nodes_occ(run):
+        occs[:] = [o for o in occs if o["scheduled_for"] != iso(T0 + 31)]
+    lost = check(run)["violations"]["lost_instant"]
+    assert {x["scheduled_for"] for x in lost} == {iso(T0 + 31)}
+
+
+def test_two_lost_edits_that_disagree_leave_the_version_unknown() -> None:
+    run = unknown_edit_run("*/3 * * * * *", "*/2 * * * * *")
+    assert "version_unknown" in check(run)["violations"]

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chaos")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run the chaos suite (root: uses network namespaces)")
-    run.add_argument("--profile", choices=("ci", "soak"), default="ci")
+    run.add_argument("--profile", choices=("ci", "long", "soak"), default="ci")
     run.add_argument("--seed", type=int)
     run.add_argument("--duration", type=float, help="seconds of faults (soak; ci caps it)")
     run.add_argument("--out", help="output directory (default chaos-out/<seed>)")

@@ -1,23 +1,13 @@
 """Offline checker: reads a run directory (history.jsonl, final.json, sink.jsonl,
 proxy.jsonl, meta.json) and writes summary.json, report.md and timeline.png.
 
-Violations (any of them makes the run invalid):
-- duplicate_scheduled: two scheduled occurrences for one (job, instant) on a node;
-- duplicate_manual: two manual occurrences for one idempotency key;
-- duplicate_sink: the sink accepted effects of two different occurrence ids for one
-  scheduled (job, instant);
-- trigger_not_idempotent: acknowledged triggers with one key named different occurrences;
-- rerun_after_success: an attempt started after an earlier attempt of the same occurrence
-  succeeded;
-- lost_instant: an expected (job, instant) inside the window that has no occurrence;
-- unexplained_skip / misfire_policy: skips without a policy reason, or misfire decisions
-  that contradict the recorded claim time;
-- dst: New York fall-back jobs whose second-pass instants contradict dst_fold;
-- token_not_increasing / token_reused: sink per key;
-- early_fire: a scheduled effect that reached the sink well before its instant;
-- lost_ack: acknowledged creates, edits, triggers or backfills missing at the end;
-- digest_divergence: equal applied index, different digest.
-Stale writes refused by the sink are counted, not failures.
+It fails closed: a run is VALID only when every check in CHECKS ran on the evidence it
+needs and found nothing. Missing or corrupt files, incomplete final reads, faults that did
+not start, stop or run, digests not compared at one index, and failure kinds without
+evidence are violations of their own (chaos/checks_inputs.py). The checks on effects are in
+chaos/checks_effects.py, those on schedules in chaos/checks_schedule.py; this module adds
+the structural ones (duplicate rows, which SQLite's unique indexes already exclude, kept as
+a cheap cross-check), rerun after success, DST folds and acknowledged writes.
 """
 
 from __future__ import annotations
@@ -29,94 +19,127 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from raftcron.core.schedule import compile_schedule
+from chaos import checks_effects, checks_inputs, checks_schedule
+from chaos.report_model import Report, iso, ts
 
-EDGE_MARGIN_S = 4.0
-EDIT_MARGIN_S = 2.0
-EARLY_TOLERANCE_S = 1.5
+EDGE_MARGIN_S = 4.0  # DST check: instants this close to the job's creation are not required
 LEADER_LOSS = ("kill-leader", "pause-leader", "partition-leader", "renewal-delay",
                "rolling-deploy", "kill-two", "pause-two", "clock-bump-leader")
-SKIP_REASONS = ("misfire", "overlap", "paused")
 NY_FOLD_START = datetime(2026, 11, 1, 5, 0, tzinfo=UTC).timestamp()
 NY_FOLD_T = datetime(2026, 11, 1, 6, 0, tzinfo=UTC).timestamp()
 NY_FOLD_END = datetime(2026, 11, 1, 7, 0, tzinfo=UTC).timestamp()
 
 
-def ts(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+COVERAGE_KINDS = (
+    "process_suspension", "lease_expiry", "clock_skew", "partitions", "renewal_delay",
+    "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
+    "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
+    "manual_retries", "leader_kills",
+)
+# Every check, by the name its violations carry: the report lists each with its count.
+CHECKS = (
+    # evidence (checks_inputs)
+    "meta_missing", "history_missing", "final_missing", "sink_missing", "proxy_missing",
+    "corrupt_line", "final_read_missing", "final_read_incomplete", "fault_plan_missing",
+    "fault_not_started", "fault_not_healed", "fault_not_run", "coverage_missing",
+    "digest_not_compared", "digest_divergence",
+    # effects (checks_effects)
+    "double_effect", "stale_write", "token_order", "token_reused", "early_fire",
+    "success_without_effect",
+    # schedules (checks_schedule)
+    "lost_instant", "unscheduled_instant", "version_order", "version_unknown",
+    "stuck_occurrence", "misfire_policy", "unexplained_skip",
+    # this module
+    "duplicate_scheduled", "duplicate_manual", "duplicate_sink", "trigger_not_idempotent",
+    "rerun_after_success", "dst", "lost_ack",
+)
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
+def _jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The file's records and how many lines did not parse."""
+    out, bad = [], 0
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    return out
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+            else:
+                bad += 1
+    return out, bad
 
 
 def load_run(d: Path) -> dict[str, Any]:
-    meta_path, final_path = d / "meta.json", d / "final.json"
-    return {
-        "meta": json.loads(meta_path.read_text()) if meta_path.exists() else {},
-        "history": _jsonl(d / "history.jsonl"),
-        "final": json.loads(final_path.read_text()) if final_path.exists() else {},
-        "sink": _jsonl(d / "sink.jsonl"),
-        "proxy": _jsonl(d / "proxy.jsonl"),
-    }
+    """Every file of a run directory; absent or unreadable ones are named in
+    `missing_files`, unparseable lines counted in `corrupt_lines` (never dropped silently)."""
+    run: dict[str, Any] = {"missing_files": [], "corrupt_lines": {}}
+    for name in ("meta", "final"):
+        path = d / f"{name}.json"
+        try:
+            run[name] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            run[name] = {}
+            run["missing_files"].append(name)
+    for name in ("history", "sink", "proxy"):
+        path = d / f"{name}.jsonl"
+        try:
+            run[name], run["corrupt_lines"][name] = _jsonl(path)
+        except OSError:
+            run[name] = []
+            run["missing_files"].append(name)
+    return run
 
 
-class Report:
-    def __init__(self) -> None:
-        self.violations: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.notes: list[str] = []
-
-    def add(self, kind: str, **detail: Any) -> None:
-        self.violations[kind].append(detail)
-
-
-def check_run(run: dict[str, Any]) -> dict[str, Any]:
-    """Check a loaded run; pure (no files written)."""
+def check_run(run: dict[str, Any],
+              required_coverage: tuple[str, ...] = COVERAGE_KINDS) -> dict[str, Any]:
+    """Check a loaded run; pure (no files written). `required_coverage`: the failure kinds
+    the run must show evidence of (all of them unless a test narrows it)."""
     rep = Report()
-    hist = run["history"]
+    hist = run.get("history") or []
     final = run.get("final") or {}
-    nodes: dict[str, Any] = final.get("nodes", {})
+    nodes: dict[str, Any] = final.get("nodes") or {}
+    attempts = final.get("attempts") or {}
     meta = run.get("meta") or {}
+    sink = run.get("sink") or []
     ops = _client_ops(hist)
 
-    _check_duplicates(rep, nodes, run["sink"], ops, final.get("attempts", {}))
+    checks_inputs.check_inputs(rep, run)
+    checks_inputs.check_faults(rep, hist)
+    checks_inputs.check_digests(rep, final, checks_inputs.expected_nodes(hist))
+    _check_duplicates(rep, nodes, sink, ops, attempts)
     windows = _nemesis_windows(hist)
     window_end = meta.get("final_reads_cluster_wall") or max(
-        (h["cluster_wall"] for h in hist), default=0)
-    _check_lost(rep, nodes, ops, window_end)
+        (h.get("cluster_wall", 0) for h in hist), default=0)
+    checks_schedule.check_schedules(rep, nodes, ops, window_end, attempts)
     dst = _check_dst(rep, nodes, ops, window_end)
-    sink_stats = _check_sink(rep, run["sink"], nodes)
+    sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops)
     _check_acks(rep, nodes, ops)
-    _check_digests(rep, final.get("digests") or {})
 
     stats = {
         "failover": _failover(nodes, windows),
-        "fire_lag": _fire_lag(nodes, final.get("attempts", {}), windows),
+        "fire_lag": _fire_lag(nodes, attempts, windows),
         "terms": _terms(hist, nodes),
         "sink": sink_stats,
         "client_ops": _op_counts(ops),
         "dst": dst,
-        "coverage": _coverage(hist, windows, nodes, final.get("attempts", {}), run["proxy"],
-                              ops, dst),
+        "coverage": _coverage(hist, windows, nodes, attempts, run.get("proxy") or [], ops,
+                              dst),
         "occurrences": _occ_counts(nodes),
     }
-    counts = {k: len(v) for k, v in rep.violations.items()}
-    verdict = {"valid": not counts, "violations": counts, "seed": meta.get("seed"),
-               "profile": meta.get("profile"),
-               "coverage_missing": [k for k, v in stats["coverage"].items() if not v]}
+    checks_inputs.check_coverage(rep, stats["coverage"], required_coverage)
+    unknown = sorted(set(rep.violations) - set(CHECKS))
+    counts = {k: len(rep.violations.get(k, [])) for k in (*CHECKS, *unknown)}
+    verdict = {"valid": not any(counts.values()),
+               "violations": {k: n for k, n in counts.items() if n},
+               "checks": counts, "seed": meta.get("seed"), "profile": meta.get("profile"),
+               "coverage_missing": [k for k in required_coverage
+                                    if not stats["coverage"].get(k)]}
     return {"verdict": verdict, "violations": dict(rep.violations), "stats": stats,
             "windows": windows, "meta": meta, "notes": rep.notes}
 
@@ -156,59 +179,6 @@ def _reference_node(nodes: dict[str, Any]) -> str | None:
     return best
 
 
-def _job_specs(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, dict[int, Any]]:
-    """job -> version -> {cron, tz, gap, fold, invoke, ok} from creates, edits and reads."""
-    out: dict[str, dict[int, Any]] = defaultdict(dict)
-    for op in ops:
-        inv, done = op["invoke"], op.get("done")
-        if not done or done["type"] != "ok":
-            continue
-        resp = done.get("response") or {}
-        if op["f"] == "create":
-            s = inv["spec"]["schedule"]
-            out[inv["job"]][1] = {"cron": s["cron"], "tz": s.get("timezone", "UTC"),
-                                  "gap": s.get("dst_gap", "auto"),
-                                  "fold": s.get("dst_fold", "auto"),
-                                  "invoke": inv["cluster_wall"], "ok": done["cluster_wall"]}
-        elif op["f"] == "edit" and resp.get("version"):
-            s = inv["body"]["schedule"]
-            prev = out[inv["job"]].get(resp["version"], {})
-            out[inv["job"]][resp["version"]] = {
-                "cron": s["cron"], "tz": s.get("timezone", "UTC"), "gap": "auto",
-                "fold": "auto", "invoke": min(prev.get("invoke", 1e18), inv["cluster_wall"]),
-                "ok": min(prev.get("ok", 1e18), done["cluster_wall"])}
-    for op in ops:
-        inv, done = op["invoke"], op.get("done")
-        if op["f"] != "read" or not done or done["type"] != "ok":
-            continue
-        resp = done.get("response") or {}
-        v = resp.get("version")
-        if v and v not in out[inv["job"]] and resp.get("cron"):
-            out[inv["job"]][v] = {"cron": resp["cron"], "tz": "UTC", "gap": "auto",
-                                  "fold": "auto", "invoke": None, "ok": done["cluster_wall"]}
-    for node in nodes.values():
-        for job in node.get("jobs", []):
-            v = job["version"]
-            if v not in out[job["id"]]:
-                s = job["schedule"]
-                out[job["id"]][v] = {"cron": s["cron"], "tz": s["timezone"],
-                                     "gap": s["dst_gap"], "fold": s["dst_fold"],
-                                     "invoke": None, "ok": None}
-    return out
-
-
-def _compile(job: str, spec: dict[str, Any]) -> Any:
-    return compile_schedule(spec["cron"], spec["tz"], spec["gap"], spec["fold"], hash_key=job)
-
-
-def _instants(job: str, spec: dict[str, Any], lo: float, hi: float) -> list[int]:
-    """Nominal instants t (epoch s) with lo < t < hi."""
-    if hi <= lo:
-        return []
-    sched = _compile(job, spec)
-    return [t for t in sched.iter_between(int(lo), int(hi) + 1) if lo < t < hi]
-
-
 # --- checks --------------------------------------------------------------------------------
 
 def _check_duplicates(rep: Report, nodes: dict[str, Any], sink: list[dict[str, Any]],
@@ -230,7 +200,7 @@ def _check_duplicates(rep: Report, nodes: dict[str, Any], sink: list[dict[str, A
     kinds = {o["id"]: o["kind"] for node in nodes.values() for o in node.get("occurrences", [])}
     seen: dict[tuple[str, float], set[str]] = defaultdict(set)
     for s in sink:
-        if s.get("verdict") != "accept" or not s.get("occurrence"):
+        if s.get("verdict") == "reject" or not s.get("occurrence"):
             continue
         occ = s["occurrence"]
         kind = kinds.get(occ) or ("manual" if "@manual-" in occ else
@@ -261,68 +231,6 @@ def _check_duplicates(rep: Report, nodes: dict[str, Any], sink: list[dict[str, A
                     done_at = a["id"]
 
 
-def _check_lost(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
-                window_end: float) -> None:
-    ref = _reference_node(nodes)
-    if ref is None:
-        rep.notes.append("no complete final read: lost instants not checked")
-        return
-    specs = _job_specs(ops, nodes)
-    occs_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for o in nodes[ref]["occurrences"]:
-        if o["kind"] == "scheduled":
-            occs_by_job[o["job_id"]].append(o)
-    hi = window_end - EDGE_MARGIN_S
-    grace = {}
-    for op in ops:
-        if op["f"] == "create":
-            grace[op["invoke"]["job"]] = op["invoke"]["spec"]
-    for job, versions in specs.items():
-        if 1 not in versions or versions[1].get("ok") is None:
-            continue
-        lo = versions[1]["ok"] + EDGE_MARGIN_S
-        occs = sorted(occs_by_job.get(job, []), key=lambda o: o["scheduled_for"])
-        points = [(ts(o["scheduled_for"]) or 0, o["job_version"]) for o in occs]
-        inside = [p for p in points if lo < p[0] < hi]
-        before = [p for p in points if p[0] <= lo]
-        after = [p for p in points if p[0] >= hi]
-        first_v = before[-1][1] if before else (inside[0][1] if inside else 1)
-        last_v = after[0][1] if after else (inside[-1][1] if inside else first_v)
-        seq = [(lo, first_v)] + inside + [(hi, last_v)]
-        for (a, va), (b, vb) in zip(seq, seq[1:], strict=False):
-            expected: list[tuple[int, int]] = []
-            if va == vb:
-                if va in versions:
-                    expected = [(t, va) for t in _instants(job, versions[va], a, b)]
-            else:
-                first_edit = versions.get(va + 1, {})
-                new = versions.get(vb, {})
-                t_lo, t_hi = first_edit.get("invoke"), new.get("ok")
-                if va not in versions or vb not in versions or t_lo is None or t_hi is None:
-                    rep.notes.append(f"{job}: edit gap {a}..{b} (v{va}->v{vb}) not checked")
-                    continue
-                expected = [(t, va) for t in _instants(job, versions[va], a,
-                                                         min(b, t_lo - EDIT_MARGIN_S))]
-                expected += [(t, vb) for t in _instants(job, versions[vb],
-                                                          max(a, t_hi + EDIT_MARGIN_S), b)]
-            for t, v in expected:
-                rep.add("lost_instant", job=job, scheduled_for=_iso(t), version=v,
-                        between=[_iso(a), _iso(b)])
-        for o in occs:
-            if o["status"] == "skipped" and o["reason"] not in SKIP_REASONS:
-                rep.add("unexplained_skip", job=job, occurrence=o["id"], reason=o["reason"])
-            spec = grace.get(job) or {}
-            g = spec.get("misfire_grace_s", 60)
-            late = (ts(o["created_at"]) or 0) - (ts(o["scheduled_for"]) or 0)
-            if o["reason"] == "misfire" and late <= g:
-                rep.add("misfire_policy", job=job, occurrence=o["id"], late_s=round(late, 3),
-                        grace_s=g, problem="skipped as a misfire but claimed within grace")
-            if (spec.get("misfire_policy") == "skip" and late > g + 0.001
-                    and o["status"] != "skipped" and o["reason"] is None):
-                rep.add("misfire_policy", job=job, occurrence=o["id"], late_s=round(late, 3),
-                        grace_s=g, problem="missed instant fired under misfire_policy=skip")
-
-
 def _check_dst(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
                window_end: float) -> dict[str, Any]:
     """Independent of raftcron's engine: `*/5 * 1 * * *` in New York on 2026-11-01 fires
@@ -347,9 +255,9 @@ def _check_dst(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
         missing = [t for t in exp if t not in got]
         unexpected = [t for t in second if t in got] if not second_pass else []
         for t in missing:
-            rep.add("dst", job=job, scheduled_for=_iso(t), problem="expected DST instant absent")
+            rep.add("dst", job=job, scheduled_for=iso(t), problem="expected DST instant absent")
         for t in unexpected:
-            rep.add("dst", job=job, scheduled_for=_iso(t),
+            rep.add("dst", job=job, scheduled_for=iso(t),
                     problem="fired in the second pass of the fold with dst_fold=once")
         out[job] = {"first_pass_expected": len(first), "second_pass_expected":
                     len(second) if second_pass else 0,
@@ -357,45 +265,6 @@ def _check_dst(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
                     "second_pass_recorded": len([t for t in second if t in got]),
                     "crossed_transition": bool(second)}
     return out
-
-
-def _check_sink(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any]) -> dict:
-    accepted: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    token_owner: dict[int, str] = {}
-    stale = []
-    kinds = {o["id"]: o["kind"] for node in nodes.values() for o in node.get("occurrences", [])}
-    reexec = 0
-    for s in sink:
-        if s.get("verdict") == "reject":
-            stale.append({k: s.get(k) for k in ("key", "attempt", "token", "prev_max",
-                                                "worker", "cluster_wall")})
-            continue
-        prev = accepted[s["key"]]
-        if prev and s["token"] < prev[-1]["token"]:
-            rep.add("token_not_increasing", key=s["key"], token=s["token"],
-                    previous=prev[-1]["token"], attempt=s.get("attempt"))
-        if prev and s["token"] == prev[-1]["token"] and s.get("attempt") != prev[-1].get(
-                "attempt"):
-            rep.add("token_reused", key=s["key"], token=s["token"],
-                    attempts=[prev[-1].get("attempt"), s.get("attempt")])
-        owner = token_owner.setdefault(s["token"], s.get("attempt") or "")
-        if owner != (s.get("attempt") or ""):
-            rep.add("token_reused", key=s["key"], token=s["token"],
-                    attempts=[owner, s.get("attempt")])
-        if prev and s["token"] > prev[-1]["token"]:
-            reexec += 1
-        prev.append(s)
-        sched = ts(s.get("scheduled_for"))
-        kind = kinds.get(s.get("occurrence") or "", "scheduled")
-        if (kind == "scheduled" and sched is not None
-                and s["cluster_wall"] < sched - EARLY_TOLERANCE_S):
-            rep.add("early_fire", occurrence=s.get("occurrence"), attempt=s.get("attempt"),
-                    token=s["token"], effect_at=_iso(s["cluster_wall"]),
-                    scheduled_for=s.get("scheduled_for"),
-                    early_s=round(sched - s["cluster_wall"], 3))
-    return {"effects": len(sink), "accepted": sum(len(v) for v in accepted.values()),
-            "stale_rejected": len(stale), "stale_examples": stale[:20],
-            "keys": len(accepted), "re_executions_accepted": reexec}
 
 
 def _check_acks(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]) -> None:
@@ -426,19 +295,6 @@ def _check_acks(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]) -
                 if missing:
                     rep.add("lost_ack", node=nid, op="backfill", job=inv["job"],
                             key=inv["key"], missing=missing[:10], op_id=inv["op"])
-
-
-def _check_digests(rep: Report, digests: dict[str, Any]) -> None:
-    by_index: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for nid, d in digests.items():
-        if d:
-            by_index[d["last_applied_index"]][d["digest"]].append(nid)
-    for idx, groups in by_index.items():
-        if len(groups) > 1:
-            rep.add("digest_divergence", index=idx, groups=dict(groups))
-    if len(by_index) > 1:
-        rep.notes.append(f"nodes ended at different applied indexes: "
-                         f"{ {n: d['last_applied_index'] for n, d in digests.items() if d} }")
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -606,8 +462,3 @@ def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
         "manual_retries": trig_retries,
         "leader_kills": kinds["kill-leader"] + kinds["kill-two"],
     }
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")

@@ -46,8 +46,8 @@ class Planned:
 
 
 def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
-    """The fault schedule. ci: every kind once, shuffled. soak: random kinds (and pairs
-    run together) until the budget is used."""
+    """The fault schedule. ci: every kind once, shuffled. long and soak: random kinds,
+    one at a time, until the budget is used."""
     rng = random.Random(seed)
     out: list[Planned] = []
     if profile == "ci":
@@ -146,6 +146,9 @@ class Nemesis:
 
     def _kill(self, targets: list[str]) -> tuple[dict[str, Any], Callable[[], dict]]:
         pids = {t: self.procs.kill_node(t) for t in targets}
+        dead = [t for t, pid in pids.items() if pid is None]
+        if dead:  # nothing was killed: the fault did not happen (the checker flags "fail")
+            raise RuntimeError(f"kill: no running process for {dead}")
 
         def stop() -> dict[str, Any]:
             new = {t: self.procs.start_node(t) for t in targets}
@@ -166,6 +169,9 @@ class Nemesis:
 
     def _pause_nodes(self, targets: list[str]) -> tuple[dict[str, Any], Callable[[], dict]]:
         pids = {t: self.procs.node_pid(t) for t in targets}
+        missing = [t for t, pid in pids.items() if pid is None]
+        if missing:
+            raise RuntimeError(f"pause: no running process for {missing}")
         self._pause([pid for pid in pids.values() if pid])
 
         def stop() -> dict[str, Any]:
@@ -305,6 +311,8 @@ class Nemesis:
         wid = p.draw.choice(sorted(self.procs.workers))
         tree = self.procs.worker_tree(wid)
         pid = self.procs.kill_worker(wid)
+        if pid is None:
+            raise RuntimeError(f"worker-crash: {wid} is not running")
 
         def stop() -> dict[str, Any]:
             return {"targets": [wid], "new_pid": self.procs.start_worker(wid)}
@@ -317,6 +325,8 @@ class Nemesis:
         expires and the run is retried elsewhere; on SIGCONT the old job writes late."""
         wid = p.draw.choice(sorted(self.procs.workers))
         tree = self.procs.worker_tree(wid)
+        if not tree:
+            raise RuntimeError(f"worker-pause: {wid} is not running")
         self._pause(tree)
 
         def stop() -> dict[str, Any]:

@@ -20,7 +20,17 @@ def write_report(d: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
         lines += [f"- wall-clock offset of the cluster: {meta.get('base_offset_s', 0):.0f} s "
                   f"(DST transition {meta.get('dst_transition')})",
                   f"- elapsed: {meta.get('elapsed_s', 0):.0f} s", ""]
-    lines += ["## Violations", ""]
+    lines += ["## Checks", "",
+              "Every check the checker ran, with its count of violations (0 = checked, "
+              "nothing found; the run is VALID only when every count is 0).", "",
+              "| check | violations |", "|---|---|"]
+    lines += [f"| {name} | {n} |" for name, n in (v.get("checks") or {}).items()]
+    sink_stats = st.get("sink") or {}
+    if "early_bound_s" in sink_stats:
+        lines += ["", f"early_fire bound: {sink_stats['early_bound_s']} s (the clock guard's "
+                  "0.5 s plus the sink's stated clock error); the earliest effect reached the sink "
+                  f"{sink_stats.get('earliest_effect_s')} s before its instant (negative: after)."]
+    lines += ["", "## Violations", ""]
     if not summary["violations"]:
         lines.append("none")
     for kind, items in summary["violations"].items():

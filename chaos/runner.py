@@ -24,8 +24,10 @@ from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
 
 QUIET_S = 6.0  # >= 3 x the election timeout (0.3-0.6 s) with a wide margin
 CI_FAULT_DEADLINE_S = 280.0  # leaves room for the final heal, quiet window and reads
-PROFILES = {"ci": {"duration": 300.0, "drop_p": 0.08}, "soak": {"duration": 3600.0,
-                                                                 "drop_p": 0.05}}
+PROFILES = {"ci": {"duration": 300.0, "drop_p": 0.08},
+            # By hand: 30 minutes of random faults (chaos/nemesis.py plan), a weekly run.
+            "long": {"duration": 1800.0, "drop_p": 0.05},
+            "soak": {"duration": 3600.0, "drop_p": 0.05}}
 
 
 def run_outer(profile: str, seed: int, duration: float | None, out: Path) -> int:
@@ -117,10 +119,12 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
               flush=True)
         time.sleep(5)
         for p in schedule:
-            if stop.is_set() or (profile == "soak" and time.monotonic() - t0 > budget):
+            if stop.is_set() or (profile != "ci" and time.monotonic() - t0 > budget):
                 break
             if profile == "ci" and time.monotonic() - t0 > CI_FAULT_DEADLINE_S:
-                history.write("harness", "note", "ci-deadline", skipped=p.kind)
+                # Recorded as a nemesis event: the checker calls the run INVALID
+                # (fault_not_run), since a planned fault that never ran proves nothing.
+                history.write("nemesis", "skipped", p.kind, reason="ci-deadline")
                 print(f"chaos: ci deadline reached, {p.kind} skipped", flush=True)
                 continue
             print(f"chaos: +{time.monotonic() - t0:6.1f}s {p.kind} ({p.duration_s:.1f}s)",
@@ -186,20 +190,59 @@ def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
     return None
 
 
+def sample_digests(procs: Processes, http: httpx.Client,
+                   timeout_s: float = 20.0) -> dict[str, list[dict[str, Any]]]:
+    """Read every node's (applied index, digest) many times, all nodes at once, until one
+    index has been seen on every node. The leader keeps ticking while we read, so waiting
+    for the nodes to stand still at one index would compare whatever index each happens to
+    be at; sampling finds a barrier index that every node reported itself."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    samples: dict[str, list[dict[str, Any]]] = {nid: [] for nid in procs.ids}
+
+    def one(nid: str) -> tuple[str, Any]:
+        try:
+            r = http.get(procs.urls[nid] + "/v1/digest", timeout=2)
+            return nid, r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return nid, None
+
+    deadline = time.monotonic() + timeout_s
+    with ThreadPoolExecutor(len(procs.ids)) as pool:
+        while time.monotonic() < deadline:
+            for nid, d in pool.map(one, procs.ids):
+                if d and (not samples[nid]
+                          or samples[nid][-1]["last_applied_index"] != d["last_applied_index"]):
+                    samples[nid].append({"last_applied_index": d["last_applied_index"],
+                                         "digest": d["digest"]})
+            if barrier_index(samples) is not None:
+                break
+            time.sleep(0.02)
+    return samples
+
+
+def barrier_index(samples: dict[str, list[dict[str, Any]]]) -> int | None:
+    """The highest applied index that every node reported a digest for, or None."""
+    sets = [{s["last_applied_index"] for s in lst} for lst in samples.values()]
+    common = set.intersection(*sets) if sets and all(sets) else set()
+    return max(common) if common else None
+
+
+def barrier_digests(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    idx = barrier_index(samples)
+    if idx is None:
+        return {}
+    return {nid: next(s for s in lst if s["last_applied_index"] == idx)
+            for nid, lst in samples.items()}
+
+
 def final_reads(procs: Processes, history: History, out: Path) -> None:
     """After the quiet window: digests, cluster views, jobs and every occurrence from each
     node, and each occurrence's attempts (from every node that answers)."""
     http = httpx.Client(timeout=10, headers=procs.auth_headers())
-    # Let the followers reach the leader's applied index before comparing digests.
-    digests: dict[str, Any] = {}
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        digests = {nid: _get(http, procs.urls[nid] + "/v1/digest") for nid in procs.ids}
-        idx = {d["last_applied_index"] for d in digests.values() if d}
-        if len(idx) == 1 and all(digests.values()):
-            break
-        time.sleep(0.5)
-    final: dict[str, Any] = {"digests": digests, "nodes": {}}
+    samples = sample_digests(procs, http)
+    final: dict[str, Any] = {"digests": barrier_digests(samples), "digest_samples": samples,
+                             "nodes": {}}
     for nid in procs.ids:
         base = procs.urls[nid]
         node: dict[str, Any] = {"cluster": _get(http, base + "/v1/cluster")}
@@ -230,7 +273,7 @@ def final_reads(procs: Processes, history: History, out: Path) -> None:
         node["occurrences"] = occs
         final["nodes"][nid] = node
         history.write("harness", "note", "final-read", node=nid, jobs=len(jobs),
-                      occurrences=len(occs), digest=digests.get(nid))
+                      occurrences=len(occs), digest=final["digests"].get(nid))
     # Attempts: every occurrence that ever had one, from every node, in parallel.
     from concurrent.futures import ThreadPoolExecutor
 

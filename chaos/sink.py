@@ -1,10 +1,15 @@
 """The fenced sink: a small HTTP service that records every job side effect.
 
 A job's effect is `POST /effect` with headers naming the job, occurrence, attempt,
-scheduled instant, worker and fencing token. The key is the occurrence's idempotency key;
-the sink accepts a token greater than or equal to the highest it has seen for that key
-(equal = the same attempt writing again) and rejects a lower one with 409, like etcd's
-revision used as a fence. Every decision is appended to a JSONL log.
+scheduled instant, worker and fencing token. The key is the occurrence's idempotency key.
+
+The sink records every offer, in arrival order (`seq`), with its raw token, and answers
+200 to each: it is the checker that decides, by replaying the offers against the token
+fence, which writes were stale (chaos/checks_effects.py). Answering 200 to a stale offer
+is on purpose: the late job of a superseded lease then exits 0 and its worker reports a
+success with the old token, which the cluster must refuse (fencing, ARCHITECTURE.md 3.3);
+had it been credited, the checker's `stale_write` fires. `prev_max` is the highest token
+offered for the key before this one.
 """
 
 from __future__ import annotations
@@ -21,29 +26,32 @@ class Sink:
     def __init__(self, log_path: str, base_offset_s: float) -> None:
         self.base_offset_s = base_offset_s
         self.highest: dict[str, int] = {}
+        self.seq = 0
         self.lock = threading.Lock()
         self.log = open(log_path, "a", buffering=1)
 
-    def record(self, h: dict[str, str]) -> tuple[bool, dict[str, Any]]:
-        token = int(h.get("x-token") or -1)
-        key = h.get("x-key") or h.get("x-occ") or ""
+    def record(self, h: dict[str, str]) -> dict[str, Any]:
+        # Shell jobs name everything in X- headers; an HTTP target sends the lease's own
+        # Idempotency-Key (the occurrence id) and X-Raftcron-Fencing-Token, and the checker
+        # finds the attempt from the token.
+        token = int(h.get("x-token") or h.get("x-raftcron-fencing-token") or -1)
+        key = h.get("x-key") or h.get("idempotency-key") or h.get("x-occ") or ""
         wall = time.time()
         with self.lock:
+            self.seq += 1
             prev = self.highest.get(key)
-            accepted = prev is None or token >= prev
-            if accepted:
-                self.highest[key] = token
+            self.highest[key] = max(token, prev if prev is not None else token)
             rec = {
+                "event": "offer", "seq": self.seq, "response": 200,
                 "wall": round(wall, 6), "cluster_wall": round(wall + self.base_offset_s, 6),
                 "mono": round(time.monotonic(), 6), "key": key, "job": h.get("x-job"),
-                "occurrence": h.get("x-occ"), "attempt": h.get("x-attempt"),
+                "occurrence": h.get("x-occ") or key, "attempt": h.get("x-attempt"),
                 "scheduled_for": h.get("x-sched"), "worker": h.get("x-worker"),
                 "token": token, "prev_max": prev,
-                "verdict": "accept" if accepted else "reject",
                 "replay": bool(prev is not None and token == prev),
             }
             self.log.write(json.dumps(rec, sort_keys=True) + "\n")
-        return accepted, rec
+        return rec
 
 
 def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
@@ -55,9 +63,9 @@ def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
             if length:
                 self.rfile.read(length)
             if self.path.startswith("/effect"):
-                accepted, rec = sink.record({k.lower(): v for k, v in self.headers.items()})
+                rec = sink.record({k.lower(): v for k, v in self.headers.items()})
                 body = json.dumps(rec).encode()
-                self.send_response(200 if accepted else 409)
+                self.send_response(200)
             else:
                 body = b"{}"
                 self.send_response(404)

@@ -40,6 +40,29 @@ def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
     return cmd
 
 
+HERD_SIZE = 100
+
+
+def load_specs(sink_url: str) -> list[dict[str, Any]]:
+    """The bulk of the load (190 jobs): a herd of 100 jobs sharing every tenth second,
+    40 minute crons (second 0 and 30), 40 `H` spreads (one hashed second a minute each)
+    and 10 HTTP targets that post their effect to the sink themselves."""
+    fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
+    shell = {"target": {"shell": effect_cmd()}, "overlap_policy": "allow", **fast}
+    out = [{"id": f"herd-{i:03d}", "schedule": {"cron": "*/10 * * * * *"}, **shell}
+           for i in range(HERD_SIZE)]
+    out += [{"id": f"minute-{i:02d}", "schedule": {"cron": f"{30 * (i % 2)} * * * * *"},
+             **shell} for i in range(40)]
+    out += [{"id": f"spread-{i:02d}", "schedule": {"cron": "H * * * * *"}, **shell}
+            for i in range(40)]
+    out += [{"id": f"http-{i:02d}", "schedule": {"cron": "*/5 * * * * *"},
+             "overlap_policy": "allow", **fast,
+             "target": {"http": {"url": sink_url + "/effect", "method": "POST",
+                                 "headers": {"X-Job": f"http-{i:02d}"}}}}
+            for i in range(10)]
+    return out
+
+
 def job_specs() -> list[dict[str, Any]]:
     """Every misfire and overlap policy, failing and slow jobs, DST jobs, edit/manual
     and backfill targets."""
@@ -181,8 +204,9 @@ class Driver:
     def cluster_now(self) -> float:
         return time.time() + self.base_offset_s
 
-    def create_jobs(self) -> None:
-        for spec in job_specs():
+    def create_jobs(self, load: bool = True) -> None:
+        specs = job_specs() + (load_specs(self.procs.sink_url) if load else [])
+        for spec in specs:
             type_, _ = self.client.retried("create", "POST", "/v1/jobs", body=spec,
                                            headers={"Idempotency-Key": f"create-{spec['id']}"},
                                            job=spec["id"], spec=spec)

@@ -20,15 +20,24 @@ def add_job(c: LocalCluster, nid: str, job_id: str, cron: str = "* * * * * *",
     return resp.json()
 
 
-def assert_every_second_once(occs: list[dict[str, Any]]) -> list[int]:
-    """Scheduled occurrences of a per-second job: no duplicate, no hole."""
+def assert_every_second_once(occs: list[dict[str, Any]], *, covering: tuple[float, float]
+                             | None = None, at_least: int = 1) -> list[int]:
+    """Scheduled occurrences of a per-second job: no duplicate, no hole, at least
+    `at_least` of them, and (with `covering=(lo, hi)`) every second from before lo to after
+    hi recorded. An empty or short list fails: "every second once" of nothing proves
+    nothing."""
     sched = [o for o in occs if o["kind"] == "scheduled"]
     counts = Counter(o["scheduled_for"] for o in sched)
     dups = {k: v for k, v in counts.items() if v > 1}
     assert not dups, f"duplicate occurrences: {dups}"
     instants = sorted(ts(o["scheduled_for"]) for o in sched)
+    assert len(instants) >= at_least, f"only {len(instants)} scheduled occurrences"
     holes = [(a, b) for a, b in zip(instants, instants[1:], strict=False) if b - a != 1]
     assert not holes, f"missing instants between {holes}"
+    if covering is not None:
+        lo, hi = covering
+        assert instants[0] < lo and instants[-1] > hi, (
+            f"instants {instants[0]}..{instants[-1]} do not span {lo:.1f}..{hi:.1f}")
     return instants
 
 

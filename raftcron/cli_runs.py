@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -100,7 +101,8 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         a = asub.add_parser(action, help=help_text)
         a.add_argument("alert_id")
         a.add_argument("--note", required=True, help="why (kept in the alert's history)")
-        a.add_argument("--key", help="Idempotency-Key: a retry with it acts once")
+        a.add_argument("--key", help="Idempotency-Key: a retry with it acts once "
+                       "(default: a fresh one, kept across this command's own retries)")
         _connection_args(a, nested=True)
         a.set_defaults(func=cmd_alert_action, action=action)
 
@@ -309,7 +311,9 @@ def cmd_alert_action(args: argparse.Namespace) -> int:
     if not args.note.strip():
         print("raftcron: --note must say why", file=sys.stderr)
         return EXIT_USAGE
-    headers = {"Idempotency-Key": args.key} if args.key else None
+    # A key always: the client retries a 503 whose outcome is unknown, which must not act
+    # twice (a second ack would be refused as "already acknowledged" by ourselves).
+    headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
     client = _client(args)
     try:
         alert = client.request("POST", f"/v1/alerts/{_path(args.alert_id)}/{args.action}",

@@ -120,6 +120,8 @@ CREATE TABLE IF NOT EXISTS requests (
     applied_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- acked_*: set by a person's acknowledgement (alert_actions), cleared when raised again;
+-- an older database gets these columns from db.add_missing_columns.
 CREATE TABLE IF NOT EXISTS alerts (
     id            TEXT PRIMARY KEY,
     kind          TEXT NOT NULL,
@@ -129,7 +131,6 @@ CREATE TABLE IF NOT EXISTS alerts (
     status        TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
     raised_ms     INTEGER NOT NULL,
     resolved_ms   INTEGER,
-    -- set by a person's acknowledgement (alert_action), cleared when the alert is raised again
     acked_ms      INTEGER,
     acked_by      TEXT,
     ack_note      TEXT

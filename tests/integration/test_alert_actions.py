@@ -230,3 +230,31 @@ def test_an_empty_actions_table_leaves_the_digest_as_before(cluster: Cluster) ->
     conn.execute("DROP TABLE alert_actions")
     assert digest(conn) == with_table
     cluster.node.close()
+
+
+def test_a_database_from_before_acknowledgements_opens_and_acks(tmp_path: Path) -> None:
+    """An alerts table without the ack columns (and no alert_actions table) is brought up
+    to date when opened; its alerts list and can be acknowledged."""
+    from raftcron.state.db import open_writer
+    from raftcron.state.machine import StateMachine
+
+    path = str(tmp_path / "old.db")
+    old = open_writer(path)
+    old.execute("DROP TABLE alert_actions")
+    old.execute("ALTER TABLE alerts DROP COLUMN ack_note")
+    old.execute("ALTER TABLE alerts DROP COLUMN acked_by")
+    old.execute("ALTER TABLE alerts DROP COLUMN acked_ms")
+    # The row as the previous version wrote it.
+    old.execute("INSERT INTO alerts (id, kind, reason, status, raised_ms) "
+                "VALUES ('webhook:dead', 'webhook', 'dead', 'open', ?)", (T0,))
+    before = digest(old)
+    old.close()
+
+    upgraded = open_writer(path)
+    assert digest(upgraded) == before  # the new, empty columns and table change nothing
+    machine = StateMachine(upgraded)
+    assert machine.apply(1, c.AlertAction("r", T0 + 1, "webhook:dead", "ack", "ops", "on it"))[
+        "ok"]
+    assert upgraded.execute("SELECT acked_by, ack_note FROM alerts").fetchall() == [
+        ("ops", "on it")]
+    upgraded.close()

@@ -520,6 +520,14 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        from raftcron.cli_runs import watch
+
+        return watch(lambda: _status_once(args), args.interval)
+    return _status_once(args)
+
+
+def _status_once(args: argparse.Namespace) -> int:
     from raftcron.client import ApiError
 
     try:
@@ -660,11 +668,19 @@ def build_parser() -> argparse.ArgumentParser:
                            help="refuse a range holding more instants than this "
                                 f"(default {BACKFILL_MAX_INSTANTS:,})")
         a.set_defaults(func=cmd_job)
+    from raftcron.cli_runs import positive_seconds, register_job_runs
+    from raftcron.cli_runs import register as register_runs
+
+    register_job_runs(jsub)
+    register_runs(sub, _Parser)
 
     st = sub.add_parser("status", help="cluster status")
     st.add_argument("--server", default=DEFAULT_SERVER)
     st.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
     st.add_argument("--json", action="store_true")
+    st.add_argument("--watch", action="store_true", help="redraw every --interval seconds")
+    st.add_argument("--interval", type=positive_seconds, default=2.0,
+                    help="seconds between redraws with --watch (default 2)")
     st.set_defaults(func=cmd_status)
 
     tp = sub.add_parser("token", help="manage API bearer tokens")

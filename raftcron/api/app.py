@@ -70,6 +70,8 @@ ROUTES = [
     Route("/v1/cluster", cluster.cluster),
     Route("/v1/cluster/nodes", cluster.cluster_nodes),
     Route("/v1/alerts", alerts.list_alerts, methods=["GET"]),
+    Route("/v1/alerts/{alert_id:path}/ack", alerts.ack_alert, methods=["POST"]),
+    Route("/v1/alerts/{alert_id:path}/resolve", alerts.resolve_alert, methods=["POST"]),
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),

@@ -132,6 +132,16 @@ def _spec() -> dict[str, Any]:
                 _query("status", {"enum": ["open", "resolved", "all"]}), _query("job_id"),
                 _query("cursor"), _query("limit", {"type": "integer"}),
                 _query("consistent", {"type": "boolean"})], errors=(400,))},
+            **{f"/v1/alerts/{{alert_id}}/{action}": {"post": _op(
+                f"{summary} an open alert by hand, with a note (admin, or the job's tenant); "
+                "409 when it is already resolved" + extra,
+                params=[_path_param("alert_id")],
+                body={"type": "object", "additionalProperties": False, "required": ["note"],
+                      "properties": {"note": {"type": "string", "minLength": 1,
+                                              "maxLength": 1000}}},
+                errors=(400, 403, 404, 409, 422, 503))}
+               for action, summary, extra in (
+                   ("ack", "Acknowledge", " or already acknowledged"), ("resolve", "Resolve", ""))},
             "/v1/status/jobs": {"get": _op(
                 "Jobs with schedule in words, next fire times and recent occurrences",
                 params=[_query("timeline", {"type": "integer", "minimum": 1, "maximum": 60})],

@@ -197,6 +197,28 @@ class SetWebhookKey(Command):
     replace: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class AlertAction(Command):
+    """A person acknowledges (`action` "ack") or resolves ("resolve") an alert by hand.
+
+    `who` is the principal's name and `note` its reason; both go into the alert's history.
+    `tenants` are the tenants the principal may write (None: admin, any alert): apply
+    checks the alert's job against them, so the decision is made on the committed object.
+    """
+
+    TYPE: ClassVar[str] = "alert_action"
+    request_id: str
+    now_ms: int
+    alert_id: str
+    action: str
+    who: str
+    note: str
+    tenants: list[str] | None = None
+    # A hash of the request (principal, method, path, canonical body) when the client sent
+    # an Idempotency-Key: the same request id with another hash is refused, not replayed.
+    request_hash: str | None = None
+
+
 # --- leader-only commands ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -361,8 +383,9 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
-        PutTenant, RetryOutbox, SetWebhookKey, BeginEpoch, Claim, Lease, Sweep, RaiseAlert,
-        ResolveAlert, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete, Release,
+        PutTenant, RetryOutbox, SetWebhookKey, AlertAction, BeginEpoch, Claim, Lease, Sweep,
+        RaiseAlert, ResolveAlert, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete,
+        Release,
     )
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftcron.core import errors, identity
-from raftcron.core.commands import AckOutbox, Prune, RaiseAlert, ResolveAlert
+from raftcron.core.commands import AckOutbox, AlertAction, Prune, RaiseAlert, ResolveAlert
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.context import ApplyContext, ok, rejected
 
@@ -26,7 +26,8 @@ def raise_alert(ctx: ApplyContext, cmd: RaiseAlert) -> dict[str, Any]:
     ctx.conn.execute(
         "INSERT INTO alerts (id, kind, job_id, occurrence_id, reason, status, raised_ms) "
         "VALUES (?, ?, ?, ?, ?, 'open', ?) ON CONFLICT (id) DO UPDATE SET status = 'open', "
-        "reason = excluded.reason, raised_ms = excluded.raised_ms, resolved_ms = NULL",
+        "reason = excluded.reason, raised_ms = excluded.raised_ms, resolved_ms = NULL, "
+        "acked_ms = NULL, acked_by = NULL, ack_note = NULL",
         (cmd.alert_id, cmd.kind, cmd.job_id, cmd.occurrence_id, cmd.reason, cmd.now_ms),
     )
     _history(ctx, cmd.alert_id, "raised", cmd.reason, cmd.scheduled_for_ms, cmd.message,
@@ -64,6 +65,49 @@ def resolve_alert(ctx: ApplyContext, cmd: ResolveAlert) -> dict[str, Any]:
         payload["message"] = cmd.message
     ctx.enqueue_outbox("alert.resolved", payload, cmd.now_ms)
     return ok(alert_id=cmd.alert_id, resolved=True)
+
+
+MAX_NOTE = 1000
+ALERT_ACTIONS = ("ack", "resolve")
+
+
+def alert_action(ctx: ApplyContext, cmd: AlertAction) -> dict[str, Any]:
+    """A person acknowledges or resolves an alert. Refused (the same on every node) for an
+    alert outside `cmd.tenants` (reported as not found, as the API hides it), an alert
+    already resolved, and a second acknowledgement of the same raise."""
+    row = ctx.conn.execute(
+        "SELECT a.status, a.acked_by, a.kind, a.job_id, a.occurrence_id, j.tenant "
+        "FROM alerts a LEFT JOIN jobs j ON j.id = a.job_id WHERE a.id = ?", (cmd.alert_id,)
+    ).fetchone()
+    if row is None or (cmd.tenants is not None and row[5] not in cmd.tenants):
+        return rejected(errors.NOT_FOUND, f"alert {cmd.alert_id!r} does not exist", "id")
+    if cmd.action not in ALERT_ACTIONS:
+        return rejected(errors.INVALID_STATE, f"unknown alert action {cmd.action!r}")
+    status, acked_by, kind, job_id, occurrence_id, _tenant = row
+    if status == "resolved":
+        return rejected(errors.INVALID_STATE, f"alert {cmd.alert_id!r} is already resolved",
+                        "id")
+    note = cmd.note[:MAX_NOTE]
+    if cmd.action == "ack":
+        if acked_by is not None:
+            return rejected(errors.INVALID_STATE, f"alert {cmd.alert_id!r} is already "
+                            f"acknowledged by {acked_by}", "id")
+        ctx.conn.execute("UPDATE alerts SET acked_ms = ?, acked_by = ?, ack_note = ? "
+                         "WHERE id = ?", (cmd.now_ms, cmd.who, note, cmd.alert_id))
+        event = "acknowledged"
+    else:
+        ctx.conn.execute("UPDATE alerts SET status = 'resolved', resolved_ms = ? WHERE id = ?",
+                         (cmd.now_ms, cmd.alert_id))
+        event = "resolved"
+        ctx.enqueue_outbox("alert.resolved", {
+            "alert_id": cmd.alert_id, "kind": kind, "job_id": job_id,
+            "occurrence_id": occurrence_id, "at_ms": cmd.now_ms, "message": note,
+            "by": cmd.who,
+        }, cmd.now_ms)
+    ctx.conn.execute(
+        "INSERT INTO alert_actions (alert_id, action, who, note, at_ms) VALUES (?, ?, ?, ?, ?)",
+        (cmd.alert_id, event, cmd.who, note, cmd.now_ms))
+    return ok(alert_id=cmd.alert_id, event=event)
 
 
 def ack_outbox(ctx: ApplyContext, cmd: AckOutbox) -> dict[str, Any]:
@@ -104,6 +148,10 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
                          [identity.occurrence_attempts(occ_id) for occ_id in chunk])
         conn.execute(f"DELETE FROM occurrences WHERE id IN ({marks})", chunk)
     conn.execute("DELETE FROM requests WHERE applied_ms < ?", (cmd.before_ms,))
+    conn.execute(
+        "DELETE FROM alert_actions WHERE alert_id IN (SELECT id FROM alerts "
+        "WHERE status = 'resolved' AND resolved_ms < ?)", (cmd.before_ms,)
+    )
     conn.execute(
         "DELETE FROM alert_events WHERE alert_id IN (SELECT id FROM alerts "
         "WHERE status = 'resolved' AND resolved_ms < ?)", (cmd.before_ms,)

@@ -31,6 +31,9 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("tenants", "queues", "TEXT"),
     ("tenants", "targets", "TEXT"),
     ("tenants", "http_hosts", "TEXT"),
+    ("alerts", "acked_ms", "INTEGER"),
+    ("alerts", "acked_by", "TEXT"),
+    ("alerts", "ack_note", "TEXT"),
 )
 
 

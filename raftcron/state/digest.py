@@ -24,7 +24,11 @@ TABLES = {
     "cluster_members": "id",
     "outbox_deliveries": "outbox_id, receiver",
     "webhook_keys": "owner",
+    "alert_actions": "id",
 }
+# Tables added after databases were first written: hashed only once they hold a row, so a
+# node of the previous version (no such table) and an upgraded one digest alike until then.
+ADDED_TABLES = frozenset({"alert_actions"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:
@@ -38,9 +42,18 @@ def _canonical(row: tuple, added: int) -> tuple:
     return row[:end]
 
 
+def _empty_or_absent(conn: sqlite3.Connection, table: str) -> bool:
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                    (table,)).fetchone() is None:
+        return True
+    return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None
+
+
 def digest(conn: sqlite3.Connection) -> str:
     h = hashlib.sha256()
     for table, order in TABLES.items():
+        if table in ADDED_TABLES and _empty_or_absent(conn, table):
+            continue
         h.update(f"\x00{table}\x00".encode())
         where = " WHERE key != 'last_applied_index'" if table == "meta" else ""
         cursor = conn.execute(f"SELECT * FROM {table}{where} ORDER BY {order}")

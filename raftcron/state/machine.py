@@ -62,6 +62,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.PutTenant: tenants.put_tenant,
     c.RetryOutbox: outbox.retry_outbox,
     c.SetWebhookKey: webhook_keys.set_webhook_key,
+    c.AlertAction: alerts.alert_action,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
@@ -85,7 +86,7 @@ CLOCKED = (c.Claim, c.Lease, c.Sweep)
 REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
-           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey)
+           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction)
 
 
 class StateMachine:

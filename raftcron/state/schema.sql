@@ -120,6 +120,8 @@ CREATE TABLE IF NOT EXISTS requests (
     applied_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- acked_*: set by a person's acknowledgement (alert_actions), cleared when raised again;
+-- an older database gets these columns from db.add_missing_columns.
 CREATE TABLE IF NOT EXISTS alerts (
     id            TEXT PRIMARY KEY,
     kind          TEXT NOT NULL,
@@ -128,7 +130,10 @@ CREATE TABLE IF NOT EXISTS alerts (
     reason        TEXT NOT NULL,
     status        TEXT NOT NULL CHECK (status IN ('open', 'resolved')),
     raised_ms     INTEGER NOT NULL,
-    resolved_ms   INTEGER
+    resolved_ms   INTEGER,
+    acked_ms      INTEGER,
+    acked_by      TEXT,
+    ack_note      TEXT
 );
 
 CREATE TABLE IF NOT EXISTS outbox (
@@ -155,6 +160,18 @@ CREATE TABLE IF NOT EXISTS alert_events (
     at_ms            INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alert_events_alert ON alert_events (alert_id, id);
+
+-- What people did to an alert by hand (POST /v1/alerts/{id}/ack and /resolve): who, when
+-- and their note. GET /v1/alerts merges these into the alert's history by time.
+CREATE TABLE IF NOT EXISTS alert_actions (
+    id        INTEGER PRIMARY KEY,
+    alert_id  TEXT NOT NULL,
+    action    TEXT NOT NULL CHECK (action IN ('acknowledged', 'resolved')),
+    who       TEXT NOT NULL,
+    note      TEXT NOT NULL,
+    at_ms     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alert_actions_alert ON alert_actions (alert_id, id);
 
 -- Per-tenant quotas (NULL: unlimited) and the fires counted against them per minute.
 -- queues / targets / http_hosts: the tenant policy, JSON lists (NULL: any); an older

@@ -36,6 +36,8 @@ SAMPLES: list[c.Command] = [
     c.RetryOutbox(request_id="r12", now_ms=10, outbox_id=9),
     c.SetWebhookKey(request_id="r13", now_ms=10, owner="tenant:acme", key="k" * 43,
                     replace=True),
+    c.AlertAction(request_id="r14", now_ms=10, alert_id="deadline:x", action="ack",
+                  who="ops", note="on it", tenants=["acme"], request_hash="h"),
     c.BeginEpoch(term=3, node_id="n1", now_ms=10),
     c.Claim(epoch=3, now_ms=11, items=[["j1", 1, 60_000, 60_500, "fire"],
                                       ["j2", 2, 60_000, 60_000, "misfire"]]),

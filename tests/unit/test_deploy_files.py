@@ -55,12 +55,26 @@ def test_the_shipped_configs_agree_on_the_cluster() -> None:
 
 
 def test_compose_mounts_what_the_configs_and_the_worker_read() -> None:
-    compose = (DEPLOY / "compose.yaml").read_text()
-    for name in (SECRET_FILE, TOKENS_FILE, WORKER_TOKEN_FILE):
-        assert f"./{name}:{ETC}/{name}:ro" in compose
-    assert f'"--token-file", "{ETC}/{WORKER_TOKEN_FILE}"' in compose
-    for config in shipped_configs().values():
-        assert f"./{config.node_id}.toml:{ETC}/node.toml:ro" in compose
+    import yaml
+
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    configs = shipped_configs()
+    for node, config in configs.items():
+        mounts = services[node]["volumes"]
+        assert f"./{node}.toml:{ETC}/node.toml:ro" in mounts
+        for name in (SECRET_FILE, TOKENS_FILE):
+            assert f"./{name}:{ETC}/{name}:ro" in mounts
+        assert f"{node}:/data" in mounts
+        assert services[node]["ports"] == [f"127.0.0.1:{config.http_port}:{config.http_port}"]
+    worker = services["worker"]
+    assert f"./{WORKER_TOKEN_FILE}:{ETC}/{WORKER_TOKEN_FILE}:ro" in worker["volumes"]
+    command = worker["command"]
+    assert command[command.index("--token-file") + 1] == f"{ETC}/{WORKER_TOKEN_FILE}"
+    assert command[command.index("--server") + 1].split(",") == [
+        c.http_url for c in configs.values()]
+    init = services["init"]  # `docker compose run --rm init`: not started by `up`
+    assert init["profiles"] == ["init"] and init["volumes"] == ["./:/deploy"]
+    assert init["command"] == ["deploy", "init", "--dir", "/deploy", "--uid", "10001"]
 
 
 def test_deploy_init_writes_a_secret_and_tokens_the_nodes_and_worker_accept(
@@ -115,3 +129,11 @@ def test_deploy_init_rejects_a_non_numeric_uid(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exit_:
         main(["deploy", "init", "--uid", "raftcron"])
     assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_image_user_is_the_uid_deploy_init_hands_the_files_to() -> None:
+    from raftcron.deploy_init import IMAGE_UID
+
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    assert f"raftcron:x:{IMAGE_UID}:{IMAGE_UID}:" in dockerfile
+    assert "\nUSER raftcron\n" in dockerfile

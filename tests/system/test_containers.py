@@ -245,7 +245,7 @@ class ContainerCluster:
 
     def remove(self) -> None:
         for name in [*self.names.values(), self.worker]:
-            self.podman.run(f"podman rm -f -t 0 {name}", check=False)
+            self.podman.run(f"podman rm -f -v -t 0 {name}", check=False)  # -v: anonymous /data too
             self.podman.run(f"podman volume rm -f {name}-data", check=False)
         self.http.close()
 

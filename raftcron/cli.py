@@ -562,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raftcron.cli_ops import register as register_ops
 
     register_ops(sub)
+    from raftcron.deploy_init import register as register_deploy
+
+    register_deploy(sub)
 
     sp = sub.add_parser("schedule", help="schedule tools")
     ssub = sp.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)

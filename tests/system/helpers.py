@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from raftcron.testing import LocalCluster
@@ -43,3 +46,17 @@ def assert_every_second_once(occs: list[dict[str, Any]], *, covering: tuple[floa
 
 def sleep_until_past(instant: int) -> None:
     time.sleep(max(0.0, instant - time.time()))
+
+
+@contextmanager
+def serving_cluster(root: Path) -> Iterator[LocalCluster]:
+    """A started three-node cluster with a leader and every node answering HTTP; closed
+    on exit."""
+    c = LocalCluster(root)
+    c.start()
+    try:
+        c.wait_leader(timeout=30)
+        c.wait_serving()
+        yield c
+    finally:
+        c.close()

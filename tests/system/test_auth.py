@@ -18,6 +18,7 @@ from starlette.routing import Route
 from raftcron.api.app import ROUTES
 from raftcron.auth import create_token
 from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import serving_cluster
 
 pytestmark = pytest.mark.system
 
@@ -49,14 +50,8 @@ class As:
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(Path(tmp_path_factory.mktemp("auth")))
-    c.start()
-    try:
-        c.wait_leader(timeout=30)
-        wait_until(lambda: all(c.cluster_view(n) for n in c.ids), 30, message="all nodes up")
+    with serving_cluster(Path(tmp_path_factory.mktemp("auth"))) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 
 from raftcron.api.auth import node_token
 from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import serving_cluster
 from tests.system.test_auth import As, job
 
 pytestmark = pytest.mark.system
@@ -30,14 +31,8 @@ URL_PASSWORD = "pw-77e1b0"
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(Path(tmp_path_factory.mktemp("isolation")))
-    c.start()
-    try:
-        c.wait_leader(timeout=30)
-        wait_until(lambda: all(c.cluster_view(n) for n in c.ids), 30, message="all nodes up")
+    with serving_cluster(Path(tmp_path_factory.mktemp("isolation"))) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ import pytest
 
 from raftcron.auth import create_token
 from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import serving_cluster
 
 pytestmark = pytest.mark.system
 
@@ -35,14 +36,8 @@ LEAK_PROBE = ("echo environ:; tr '\\0' '\\n' < /proc/$PPID/environ; "
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(Path(tmp_path_factory.mktemp("isolation")))
-    c.start()
-    try:
-        c.wait_leader(timeout=30)
-        wait_until(lambda: all(c.cluster_view(n) for n in c.ids), 30, message="all nodes up")
+    with serving_cluster(Path(tmp_path_factory.mktemp("isolation"))) as c:
         yield c
-    finally:
-        c.close()
 
 
 def call(c: LocalCluster, token: str, method: str, path: str, body: Any = None,

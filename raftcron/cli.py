@@ -210,6 +210,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [q for q in args.queues.split(",") if q]
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1")
+    if args.prefetch is not None and not 0 <= args.prefetch <= 1000:
+        return _fail("--prefetch must be between 0 and 1000")
     if not 0 <= args.refused_grace_s <= 86_400:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
@@ -219,7 +221,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return _fail(str(e))
     return worker_main(servers, queues, args.concurrency, worker_id, token=token,
                        options=WorkerOptions(refused_grace_s=args.refused_grace_s,
-                                             secrets_file=args.secrets_file),
+                                             secrets_file=args.secrets_file,
+                                             prefetch=args.prefetch),
                        run_as=run_as)
 
 
@@ -601,6 +604,10 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--server", default=DEFAULT_SERVER, help="URL[,URL...]")
     wp.add_argument("--queues", default="default")
     wp.add_argument("--concurrency", type=int, default=4)
+    wp.add_argument("--prefetch", type=int, default=None,
+                    help="leases held beyond the concurrency, acknowledged and waiting for a "
+                         "slot (default: as many as the concurrency; 0: lease only for free "
+                         "slots)")
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
     wp.add_argument("--token-file",

@@ -538,8 +538,24 @@ def cmd_status(args: argparse.Namespace) -> int:
              *(cell(n, k) for k in ("term", "epoch", "leader_id", "commit_index",
                                     "last_applied_index", "replication_lag")))
             for n in st["nodes"]]
+    try:
+        queues = _client(args).request("GET", "/v1/status/queues", retries=2)["queues"]
+    except ApiError as e:  # a node too old to say, or a token that may not read it
+        queues, note = None, f"queues: not available ({e})"
+    if args.json:
+        _print(args, {**st, "queues": queues})
+        return 0
     _print(args, st, rows,
            ("node", "role", "term", "epoch", "leader", "commit", "applied", "lag"))
+    print()
+    if queues is None:
+        print(note)
+    elif not queues:
+        print("queues: none")
+    else:
+        # A pool that falls behind shows here first: runs due, and the longest wait.
+        _print(args, queues, [(q["queue"], str(q["depth"]), f'{q["oldest_due_age_s"]:.1f}')
+                              for q in queues], ("queue", "due", "oldest_wait_s"))
     return 0
 
 

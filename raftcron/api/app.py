@@ -71,6 +71,7 @@ ROUTES = [
     Route("/v1/cluster/nodes", cluster.cluster_nodes),
     Route("/v1/alerts", alerts.list_alerts, methods=["GET"]),
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
+    Route("/v1/status/queues", status.queues_overview, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),
     Route("/v1/schedule/herd", status.herd, methods=["GET"]),

@@ -8,12 +8,16 @@ Three loops share one `WorkerClient`:
   acknowledgement is refused was released (its acknowledgement deadline passed) and is
   leased to another worker, so starting it would run the job twice.
 
-  The worker is pipelined so that no slot waits for Raft: it leases ahead, holding at most
-  `concurrency + prefetch` leases at once (running, being acknowledged, or acknowledged
-  and waiting for a slot), and its next poll goes out while a batch is being acknowledged.
-  An acknowledged lease waiting for a slot starts the moment a run ends, is heartbeated
-  like a running one, and is released unrun on shutdown. `prefetch` defaults to the
-  concurrency; 0 leases only for free slots (the behaviour before pipelining);
+  The worker is pipelined so that no slot waits for Raft: it leases ahead for the slots
+  about to free, and its next poll goes out while a batch is being acknowledged. It holds
+  at most `concurrency + prefetch` leases at once (running, being acknowledged, or
+  acknowledged and waiting for a slot); within that bound it leases ahead only as many as
+  its slots are expected to free during one lease round trip (concurrency x round trip /
+  mean run time, both measured), so a worker of slow jobs holds almost nothing beyond its
+  slots and a waiting lease starts within about one round trip. An acknowledged lease
+  waiting for a slot starts the moment a run ends, is heartbeated like a running one, and
+  is released unrun on shutdown. `prefetch` defaults to 8 x the concurrency; 0 leases only
+  for free slots (the behaviour before pipelining);
 * the heartbeat loop sends one batched `POST /v1/heartbeats` for every running attempt
   each min(heartbeat_interval_s) seconds. `cancel: true` stops the run, which is then
   reported as failed (the server records it as cancelled). A rejection (stale_token,
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import signal
 import sys
@@ -53,6 +58,9 @@ from raftcron.worker.isolation import RunAs
 from raftcron.worker.secrets import SecretsError, SecretsFile
 
 log = logging.getLogger("raftcron.worker")
+
+PREFETCH_PER_SLOT = 8
+EWMA_WEIGHT = 0.2  # of the newest sample in the run-time and round-trip averages
 
 LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})
 
@@ -112,9 +120,11 @@ class WorkerOptions:
     secrets_file: str | None = None
     """JSON file of the secrets that job targets may name (raftcron.worker.secrets)."""
     prefetch: int | None = None
-    """Leases held beyond the concurrency, acknowledged and waiting for a slot (None: as
-    many as the concurrency; 0: lease only for free slots). Bounded so that a run never
-    waits long for its slot and a stopping worker has few leases to hand back."""
+    """At most this many leases held beyond the concurrency, acknowledged and waiting for a
+    slot (None: PREFETCH_PER_SLOT x the concurrency; 0: lease only for free slots). How
+    many are actually leased ahead follows the measured run time and round trip (see the
+    module docstring); this is the hard bound, so that a stopping worker has few leases
+    to hand back."""
 
 
 @dataclass(slots=True, eq=False)
@@ -252,7 +262,13 @@ class Worker:
         self._secrets = (SecretsFile(self.options.secrets_file)
                          if self.options.secrets_file else None)
         self._run_as = run_as
-        self.prefetch = concurrency if prefetch is None else prefetch
+        self.prefetch = PREFETCH_PER_SLOT * concurrency if prefetch is None else prefetch
+        """The hard bound on leases held beyond the concurrency."""
+        self._run_s: float | None = None
+        """Mean run time (EWMA; None until a run ended): how fast slots free."""
+        self._round_trip_s: float | None = None
+        """Mean lease round trip (EWMA): twice an acknowledgement's, one Raft commit each
+        for the Lease and the acknowledging heartbeat."""
         self._runs: dict[str, _Run] = {}
         """Runs in progress, at most `concurrency`."""
         self._ready: dict[str, _Run] = {}
@@ -267,6 +283,23 @@ class Worker:
     @property
     def running(self) -> list[Lease]:
         return [r.lease for r in self._runs.values()]
+
+    @property
+    def lease_ahead(self) -> int:
+        """Leases to hold beyond the busy slots now: as many as the slots are expected to
+        free during one lease round trip, within [min(1, prefetch), prefetch]. Before
+        anything was measured: as many as the concurrency (within the bound)."""
+        if self.prefetch == 0:
+            return 0
+        if self._run_s is None or self._round_trip_s is None:
+            return min(self.prefetch, self.concurrency)
+        expected = self.concurrency * self._round_trip_s / max(self._run_s, 0.001)
+        return max(1, min(self.prefetch, math.ceil(expected)))
+
+    def _observe(self, attr: str, sample: float) -> None:
+        old = getattr(self, attr)
+        setattr(self, attr, sample if old is None else
+                (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * sample)
 
     @property
     def held(self) -> int:
@@ -310,7 +343,7 @@ class Worker:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
         refused_since: float | None = None
         while not stop.is_set():
-            free = self.concurrency + self.prefetch - self.held
+            free = self.concurrency + self.lease_ahead - self.held
             if free <= 0:
                 self._changed.clear()
                 stop_wait = asyncio.create_task(stop.wait())
@@ -369,10 +402,13 @@ class Worker:
         self._acking += len(leases)
 
         async def acknowledge() -> None:
+            began = asyncio.get_running_loop().time()
             try:
                 accepted = await self._acknowledge(leases)
             finally:
                 self._acking -= len(leases)
+            if accepted:
+                self._observe("_round_trip_s", 2 * (asyncio.get_running_loop().time() - began))
             for lease in accepted:
                 if lease.attempt_id in self._runs or lease.attempt_id in self._ready:
                     log.warning("lease for %s is already held here; ignoring the duplicate",
@@ -466,6 +502,7 @@ class Worker:
 
     async def _run(self, run: _Run) -> None:
         lease = run.lease
+        began = asyncio.get_running_loop().time()
         try:
             try:
                 account = {"run_as": self._run_as} if self._run_as is not None else {}
@@ -478,6 +515,7 @@ class Worker:
             except Exception as e:
                 log.exception("running %s raised", lease.ids())
                 result = RunResult("failed", None, f"[raftcron] worker error: {e!r}\n")
+            self._observe("_run_s", asyncio.get_running_loop().time() - began)
             if run.lost:
                 log.warning("not reporting %s: the lease is gone (%s); run ended %s",
                             lease.ids(), run.lost, result.outcome)

@@ -44,22 +44,44 @@ class Ledger:
         return handler
 
 
+def slow_acknowledgements(cluster: FakeCluster, seconds: float) -> None:
+    """Heartbeats answered after `seconds`, as a slow Raft commit would be."""
+    async def slow(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        await asyncio.sleep(seconds)
+        return await cluster.default(request, body)
+    cluster.overrides["/v1/heartbeats"] = slow
+
+
 @pytest.mark.parametrize("prefetch", [0, 1, 3])
 async def test_never_holds_more_than_concurrency_plus_prefetch(prefetch: int) -> None:
     cluster = FakeCluster()
     ledger = Ledger(cluster)
-    cluster.leases_to_give = [lease(n, "sleep 0.2") for n in range(12)]
+    slow_acknowledgements(cluster, 0.3)  # round trip 0.6 s: 6 runs of 0.2 s on 2 slots
+    cluster.leases_to_give = [lease(n, "sleep 0.2") for n in range(16)]
     worker = make_worker(cluster, concurrency=2, options=with_prefetch(prefetch))
-    await run_until(worker, lambda: len(cluster.completed) == 12, timeout=20)
+    await run_until(worker, lambda: len(cluster.completed) == 16, timeout=30)
     # Reached, so leasing ahead happens, and never exceeded.
     assert ledger.max_held == 2 + prefetch
     assert all(b["max"] <= 2 + prefetch for b in cluster.bodies("/v1/leases"))
     assert len(worker.running) == 0 and worker.held == 0
 
 
-async def test_default_prefetch_is_the_concurrency() -> None:
+async def test_slow_runs_are_not_leased_far_ahead() -> None:
+    cluster = FakeCluster()
+    ledger = Ledger(cluster)
+    cluster.leases_to_give = [lease(n, "sleep 0.4") for n in range(8)]
+    worker = make_worker(cluster, concurrency=2, options=with_prefetch(10))
+    await run_until(worker, lambda: len(cluster.completed) == 8, timeout=30)
+    # Acknowledgements answer at once, runs take 0.4 s: no slot frees within a round
+    # trip, so one lease ahead at most once measured (two before: the concurrency).
+    assert ledger.max_held <= 4
+    assert worker.lease_ahead == 1
+
+
+async def test_default_prefetch_bound_is_eight_per_slot() -> None:
     worker = make_worker(FakeCluster(), concurrency=3, options=FAST)
-    assert worker.prefetch == 3
+    assert worker.prefetch == 24
+    assert worker.lease_ahead == 3  # nothing measured yet: as many as the concurrency
     with pytest.raises(ValueError):
         make_worker(FakeCluster(), options=with_prefetch(-1))
 
@@ -124,7 +146,8 @@ async def test_completions_are_retried_in_the_background_while_the_slot_runs_on(
 
 async def test_shutdown_releases_waiting_leases_and_waits_for_completions() -> None:
     cluster = FakeCluster()
-    cluster.leases_to_give = [lease(1, "sleep 0.3; echo done"), lease(2), lease(3)]
+    cluster.leases_to_give = [lease(1, "sleep 0.3; echo done"), lease(2, "sleep 0.3"),
+                              lease(3), lease(4)]
     answered_late = False
 
     async def slow_answer(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
@@ -134,18 +157,18 @@ async def test_shutdown_releases_waiting_leases_and_waits_for_completions() -> N
         return await cluster.default(request, body)
 
     cluster.overrides["/v1/completions"] = slow_answer
-    worker = make_worker(cluster, concurrency=1, options=with_prefetch(2))
+    worker = make_worker(cluster, concurrency=2, options=with_prefetch(2))
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     async with asyncio.timeout(5):
-        while not (worker.running and len(worker._ready) == 2):
+        while not (len(worker.running) == 2 and len(worker._ready) == 2):
             await asyncio.sleep(0.01)
     stop.set()
     await asyncio.wait_for(task, 10)
     released = [a["attempt_id"] for b in cluster.bodies("/v1/releases") for a in b["attempts"]]
-    assert sorted(released) == ["att-2", "att-3"]
+    assert sorted(released) == ["att-3", "att-4"]
     assert answered_late and cluster.completed["att-1"]["output"] == "done\n"
-    assert set(cluster.completed) == {"att-1"}  # the waiting ones never ran
+    assert set(cluster.completed) == {"att-1", "att-2"}  # the waiting ones never ran
 
 
 async def test_waiting_leases_are_heartbeated_and_a_rejected_one_never_starts() -> None:
@@ -165,11 +188,11 @@ async def test_waiting_leases_are_heartbeated_and_a_rejected_one_never_starts() 
         return httpx.Response(200, json={"results": results})
 
     cluster.overrides["/v1/heartbeats"] = reject_att2_after_ack
-    worker = make_worker(cluster, concurrency=1, options=with_prefetch(2))
+    worker = make_worker(cluster, concurrency=1, options=with_prefetch(1))
     await run_until(worker, lambda: {"att-1", "att-3"} <= set(cluster.completed), timeout=10)
     periodic = [sorted(a["attempt_id"] for a in b["attempts"])
                 for b in cluster.bodies("/v1/heartbeats") if len(b["attempts"]) > 1]
-    assert ["att-1", "att-2", "att-3"] in periodic  # waiting leases kept alive
+    assert ["att-1", "att-2"] in periodic  # the waiting lease kept alive
     assert "att-2" not in cluster.completed
 
 

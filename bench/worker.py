@@ -88,9 +88,10 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             c.start()
             leader = c.wait_leader(timeout=60)
             c.wait_serving()
-            add_jobs(c, leader, args.jobs)
+            # The worker first: a backlog built while the jobs are added would be measured.
             c.start_worker("bench-w1", concurrency=args.concurrency, queues=QUEUE,
                            extra_args=MODES[mode])
+            add_jobs(c, leader, args.jobs)
             time.sleep(args.warmup)
             start_ms = (int(time.time()) + 1) * 1000
             end_ms = start_ms + args.seconds * 1000

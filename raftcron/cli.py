@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--concurrency", type=int, default=4)
     wp.add_argument("--prefetch", type=int, default=None,
                     help="at most this many leases held beyond the concurrency, acknowledged "
-                         "and waiting for a slot; fewer while runs are slow (default: 8 x "
+                         "and waiting for a slot; fewer while runs are slow (default: 16 x "
                          "the concurrency; 0: lease only for free slots)")
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)

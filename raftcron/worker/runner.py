@@ -16,7 +16,7 @@ Three loops share one `WorkerClient`:
   mean run time, both measured), so a worker of slow jobs holds almost nothing beyond its
   slots and a waiting lease starts within about one round trip. An acknowledged lease
   waiting for a slot starts the moment a run ends, is heartbeated like a running one, and
-  is released unrun on shutdown. `prefetch` defaults to 8 x the concurrency; 0 leases only
+  is released unrun on shutdown. `prefetch` defaults to 16 x the concurrency; 0 leases only
   for free slots (the behaviour before pipelining);
 * the heartbeat loop sends one batched `POST /v1/heartbeats` for every running attempt
   each min(heartbeat_interval_s) seconds. `cancel: true` stops the run, which is then
@@ -59,7 +59,7 @@ from raftcron.worker.secrets import SecretsError, SecretsFile
 
 log = logging.getLogger("raftcron.worker")
 
-PREFETCH_PER_SLOT = 8
+PREFETCH_PER_SLOT = 16
 EWMA_WEIGHT = 0.2  # of the newest sample in the run-time and round-trip averages
 
 LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})

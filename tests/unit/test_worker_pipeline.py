@@ -78,9 +78,9 @@ async def test_slow_runs_are_not_leased_far_ahead() -> None:
     assert worker.lease_ahead == 1
 
 
-async def test_default_prefetch_bound_is_eight_per_slot() -> None:
+async def test_default_prefetch_bound_is_sixteen_per_slot() -> None:
     worker = make_worker(FakeCluster(), concurrency=3, options=FAST)
-    assert worker.prefetch == 24
+    assert worker.prefetch == 48
     assert worker.lease_ahead == 3  # nothing measured yet: as many as the concurrency
     with pytest.raises(ValueError):
         make_worker(FakeCluster(), options=with_prefetch(-1))

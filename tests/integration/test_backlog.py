@@ -15,7 +15,7 @@ from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.leader.backlog import BacklogAlerts, plan
 from raftcron.leader.ticker import LostEpoch
-from raftcron.state.backlog import QueueBacklog, queue_backlog
+from raftcron.state.backlog import QueueBacklog, backlog_queries, combine, queue_backlog
 from raftcron.state.db import ThreadReader, open_reader
 from tests.integration.inprocess import InProcessNode, api_client
 from tests.integration.test_machine import MIN, T0, Node
@@ -217,3 +217,19 @@ def test_resolution_waits_until_the_queue_is_under_half_the_bound() -> None:
     assert decide(30) == ["resolve_alert"]
     assert [x.TYPE for x in plan(1, now, 60, [], open_ids)] == ["resolve_alert"]  # queue gone
     assert plan(1, now, 60, [QueueBacklog("q", 0, None)], set()) == []
+
+
+def test_a_tenant_sees_only_its_own_runs_and_queues(node: Node) -> None:
+    node.create("mine", now=T0, tenant="a", queue="shared")
+    node.create("theirs", now=T0, tenant="b", queue="shared")
+    node.create("private", now=T0, tenant="b", queue="b-only")
+    for job in ("mine", "theirs", "private"):
+        node.fire(job, AT)
+    due_sql, queues_sql = backlog_queries("tenant IN (?)")
+    conn = open_reader(node.path)
+    try:
+        seen = combine(conn.execute(due_sql, (AT + SEC, "a")).fetchall(),
+                       conn.execute(queues_sql, ("a",)).fetchall())
+    finally:
+        conn.close()
+    assert [(q.queue, q.depth) for q in seen] == [("shared", 1)]  # not b's run, nor b-only

@@ -210,6 +210,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [q for q in args.queues.split(",") if q]
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1")
+    if args.prefetch is not None and not 0 <= args.prefetch <= 1000:
+        return _fail("--prefetch must be between 0 and 1000")
     if not 0 <= args.refused_grace_s <= 86_400:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
@@ -219,7 +221,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return _fail(str(e))
     return worker_main(servers, queues, args.concurrency, worker_id, token=token,
                        options=WorkerOptions(refused_grace_s=args.refused_grace_s,
-                                             secrets_file=args.secrets_file),
+                                             secrets_file=args.secrets_file,
+                                             prefetch=args.prefetch),
                        run_as=run_as)
 
 
@@ -543,8 +546,24 @@ def _status_once(args: argparse.Namespace) -> int:
              *(cell(n, k) for k in ("term", "epoch", "leader_id", "commit_index",
                                     "last_applied_index", "replication_lag")))
             for n in st["nodes"]]
+    try:
+        queues = _client(args).request("GET", "/v1/status/queues", retries=2)["queues"]
+    except ApiError as e:  # a node too old to say, or a token that may not read it
+        queues, note = None, f"queues: not available ({e})"
+    if args.json:
+        _print(args, {**st, "queues": queues})
+        return 0
     _print(args, st, rows,
            ("node", "role", "term", "epoch", "leader", "commit", "applied", "lag"))
+    print()
+    if queues is None:
+        print(note)
+    elif not queues:
+        print("queues: none")
+    else:
+        # A pool that falls behind shows here first: runs due, and the longest wait.
+        _print(args, queues, [(q["queue"], str(q["depth"]), f'{q["oldest_due_age_s"]:.1f}')
+                              for q in queues], ("queue", "due", "oldest_wait_s"))
     return 0
 
 
@@ -612,6 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     wp.add_argument("--server", default=DEFAULT_SERVER, help="URL[,URL...]")
     wp.add_argument("--queues", default="default")
     wp.add_argument("--concurrency", type=int, default=4)
+    wp.add_argument("--prefetch", type=int, default=None,
+                    help="at most this many leases held beyond the concurrency, acknowledged "
+                         "and waiting for a slot; fewer while runs are slow (default: 16 x "
+                         "the concurrency; 0: lease only for free slots)")
     wp.add_argument("--id")
     wp.add_argument("--token", default=os.environ.get("RAFTCRON_TOKEN"), help=TOKEN_HELP)
     wp.add_argument("--token-file",

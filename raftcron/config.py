@@ -39,6 +39,8 @@ class NodeConfig:
     watchdog_method: str = "GET"
     watchdog_interval_s: float = 5.0
     tick_stale_s: float = 10.0
+    # The `backlog` alert: a queue's oldest due run has waited longer than this.
+    backlog_alert_s: float = 60.0
     # API authentication: bearer tokens from `tokens_file`; `auth_off` only when the config
     # says `auth = "off"` explicitly. Neither set (a hand-built config): every request is
     # refused.
@@ -278,6 +280,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         watchdog_method=method,
         watchdog_interval_s=_number(data, "watchdog_interval_s", 5.0),
         tick_stale_s=_number(data, "tick_stale_s", 10.0),
+        backlog_alert_s=_number(data, "backlog_alert_s", 60.0),
         tokens_file=rel(tokens_file) if tokens_file else None,
         auth_off=auth_off,
         tls_cert=rel(tls_cert) if tls_cert else None,

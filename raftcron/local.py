@@ -198,6 +198,13 @@ def _print_banner(root: Path, urls: list[str], leader: str | None, admin_token: 
           "started again.", flush=True)
 
 
+# The local worker's concurrency. A pipelined slot runs hundreds of trivial jobs a second
+# (bench/results/worker.txt), so for a demo the slots that matter are those a slow job
+# holds: eight let a few `sleep`-style demo jobs run side by side while the quick ones
+# keep their instants.
+LOCAL_WORKER_CONCURRENCY = 8
+
+
 def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
     root = Path(data_dir).resolve()
     configs = write_cluster_configs(root, nodes, port_base)
@@ -228,6 +235,7 @@ def run_up(data_dir: str, nodes: int, port_base: int, workers: int = 1) -> int:
         worker_children = [
             Child(f"worker local-w{i + 1}",
                   ["worker", "--server", ",".join(urls), "--id", f"local-w{i + 1}",
+                   "--concurrency", str(LOCAL_WORKER_CONCURRENCY),
                    "--token-file", str(root / WORKER_TOKEN_FILE)],
                   root / f"worker{i + 1}.log") for i in range(workers)]
         children += worker_children

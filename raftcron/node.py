@@ -112,6 +112,7 @@ class Node:
             watchdog_interval_s=config.watchdog_interval_s, tick_stale_s=config.tick_stale_s,
             retention_s=retention_of(config), outbox_give_up_s=config.outbox_give_up_s,
             outbox_give_up_attempts=config.outbox_give_up_attempts,
+            backlog_alert_s=config.backlog_alert_s,
         )
 
     # --- reads ---------------------------------------------------------------------------
@@ -296,7 +297,7 @@ class Node:
         self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
                                    self.duty_settings, self.metrics.on_duty_event)
         for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
-                     self.duties.deadlines, self.duties.retention):
+                     self.duties.deadlines, self.duties.retention, self.duties.backlog):
             if duty is not None:
                 duty.gate = self.clock_guard.confirmed
         self.duties.start()

@@ -291,6 +291,13 @@ function renderWorkers(tbody, workers) {
   ]), "no worker has run anything yet");
 }
 
+function renderQueues(tbody, queues) {
+  fillRows(tbody, queues.map((q) => [
+    el("th", { scope: "row" }, q.queue), td(q.depth),
+    td(q.depth ? age(q.oldest_due_age_s).replace(" ago", "") : "–"),
+  ]), "no queue yet");
+}
+
 function renderTenants(tbody, tenants) {
   const list = (v) => (v === null ? "any" : v.length ? v.join(", ") : "none");
   const quota = (t) => ["max_jobs", "max_concurrent_runs", "max_fires_per_minute"]
@@ -347,8 +354,9 @@ async function refresh() {
     readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
     api("/v1/alerts?status=resolved&limit=10"), api("/v1/status/jobs"),
     api("/v1/attempts?status=running&limit=100"), api("/v1/workers"), api("/v1/tenants"),
+    api("/v1/status/queues"),
   ]);
-  const [ready, nodes, open, resolved, jobs, running, workers, tenants] =
+  const [ready, nodes, open, resolved, jobs, running, workers, tenants, queues] =
     results.map((r) => (r.status === "fulfilled" ? r.value : null));
   const failed = results.filter((r) => r.status === "rejected");
   if (nodes) {
@@ -370,6 +378,7 @@ async function refresh() {
   if (running) render("running", running.attempts, $("#running tbody"), renderRunning);
   if (workers) render("workers", workers.workers, $("#workers tbody"), renderWorkers);
   if (tenants) render("tenants", tenants.tenants, $("#tenants tbody"), renderTenants);
+  if (queues) render("queues", queues.queues, $("#queues tbody"), renderQueues);
   // A refused or new token that now works: say so (a 403 from an action stays visible).
   if (!failed.some((r) => r.reason && (r.reason.status === 401 || r.reason.status === 403))
       && authState !== "ok") {

@@ -73,6 +73,7 @@ ROUTES = [
     Route("/v1/alerts/{alert_id:path}/ack", alerts.ack_alert, methods=["POST"]),
     Route("/v1/alerts/{alert_id:path}/resolve", alerts.resolve_alert, methods=["POST"]),
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
+    Route("/v1/status/queues", status.queues_overview, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),
     Route("/v1/schedule/herd", status.herd, methods=["GET"]),

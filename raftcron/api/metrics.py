@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from raftcron.core.timefmt import parse_iso_ms
+from raftcron.state.backlog import queue_backlog
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_UNACKED_LEASES, get_meta
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ class StateCollector(Collector):
         conn = self.node.open_reader()
         try:
             return {
+                "now_ms": (now := int(time.time() * 1000)),
+                "backlog": queue_backlog(conn, now),
                 "occ": dict(conn.execute(
                     "SELECT status, count(*) FROM occurrences GROUP BY status").fetchall()),
                 "att": dict(conn.execute(
@@ -140,11 +143,23 @@ class StateCollector(Collector):
                 "raftcron_leases_unacknowledged", "Leases released because the worker did "
                 "not acknowledge them within the job's ack_timeout_s (leased again, not "
                 "counted as attempts)", value=counts["unacked"])
+        if "backlog" in counts:
+            depth = GaugeMetricFamily(
+                "raftcron_queue_depth", "Runs due and not yet leased, per queue",
+                labels=["queue"])
+            age = GaugeMetricFamily(
+                "raftcron_queue_oldest_due_age_seconds", "How long the longest-waiting due "
+                "run of the queue has waited for a worker (0: nothing due)", labels=["queue"])
+            for q in counts["backlog"]:
+                depth.add_metric([q.queue], q.depth)
+                age.add_metric([q.queue], q.oldest_age_s(counts["now_ms"]))
+            yield depth
+            yield age
         yield _gauge("raftcron_retry_attempts", "Attempts that are retries (number > 1)",
                      counts.get("retries"))
         alerts = GaugeMetricFamily("raftcron_open_alerts", "Open alerts by kind",
                                    labels=["kind"])
-        for kind in sorted(set(counts.get("alerts", {})) | {"deadline"}):
+        for kind in sorted(set(counts.get("alerts", {})) | {"deadline", "backlog"}):
             alerts.add_metric([kind], counts.get("alerts", {}).get(kind, 0))
         yield alerts
         yield _gauge("raftcron_outbox_pending", "Outbox rows not yet delivered",

@@ -146,6 +146,9 @@ def _spec() -> dict[str, Any]:
                 "Jobs with schedule in words, next fire times and recent occurrences",
                 params=[_query("timeline", {"type": "integer", "minimum": 1, "maximum": 60})],
                 errors=(400,))},
+            "/v1/status/queues": {"get": _op(
+                "Per queue: runs due and not yet leased, and how long the oldest has waited",
+                errors=())},
             "/v1/attempts": {"get": _op("Running (or pending) attempts with heartbeat age",
                                         params=[_query("status", {"enum": ["running", "pending"]}),
                                                 _query("limit", {"type": "integer"})],

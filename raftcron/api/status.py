@@ -17,6 +17,7 @@ from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
 from raftcron.core.schedule import ScheduleError
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.state.backlog import backlog_queries, combine
 from raftcron.state.queries import JOB_SELECT, job_to_api, occurrence_to_api, recent_occurrences
 
 MAX_JOBS = 200
@@ -171,3 +172,19 @@ async def herd(request: Request) -> JSONResponse:
     result = await gate.run(key, compute_herd, specs, start, hours, bucket_s,
                             keep_s=HERD_CACHE_S)
     return JSONResponse(result)
+
+
+async def queues_overview(request: Request) -> JSONResponse:
+    """Per queue: runs due and not yet leased, and how long the oldest has waited (the
+    caller's tenants' runs only, for a token scoped to tenants)."""
+    ctx = ctx_of(request)
+    clause, params = tenant_clause(request)
+    now = int(time.time() * 1000)
+    due_sql, queues_sql = backlog_queries(clause)
+    backlog = combine(await ctx.fetchall(due_sql, (now, *params)),
+                      await ctx.fetchall(queues_sql, params))
+    return JSONResponse({"queues": [
+        {"queue": q.queue, "depth": q.depth, "oldest_due_age_s": round(q.oldest_age_s(now), 3),
+         "oldest_due": ms_to_iso(q.oldest_due_ms) if q.oldest_due_ms is not None else None}
+        for q in backlog
+    ]})

@@ -11,6 +11,7 @@ from typing import Any
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.delivery import DEFAULT_GIVE_UP_S
+from raftcron.leader.backlog import DEFAULT_BOUND_S, BacklogAlerts
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.dispatch import Dispatcher
 from raftcron.leader.outbox import OutboxDelivery
@@ -37,6 +38,8 @@ class DutySettings:
     tick_stale_s: float = 10.0
     # Finished history older than this is pruned (None: kept forever).
     retention_s: float | None = DEFAULT_RETENTION_S
+    # A queue whose oldest due run waited longer than this raises its `backlog` alert.
+    backlog_alert_s: float = DEFAULT_BOUND_S
 
 
 class LeaderDuties:
@@ -52,6 +55,7 @@ class LeaderDuties:
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader)
         self.deadlines = Deadlines(epoch, proposer, open_reader)
+        self.backlog = BacklogAlerts(epoch, proposer, open_reader, settings.backlog_alert_s)
         self.outbox = OutboxDelivery(
             epoch, proposer, open_reader, settings.webhooks, settings.webhook_secret,
             on_result=(lambda r: on_event("webhook", r)) if on_event else None,
@@ -71,6 +75,7 @@ class LeaderDuties:
         coros: list[tuple[str, Coroutine[Any, Any, None]]] = [
             ("ticker", self.ticker.run()), ("sweeper", self.sweeper.run()),
             ("deadlines", self.deadlines.run()), ("outbox", self.outbox.run()),
+            ("backlog", self.backlog.run()),
         ]
         if self.watchdog is not None:
             coros.append(("watchdog", self.watchdog.run()))

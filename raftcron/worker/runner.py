@@ -2,24 +2,36 @@
 
 Three loops share one `WorkerClient`:
 
-* the lease loop long-polls `POST /v1/leases` for as many leases as there are free slots,
-  acknowledges them (a heartbeat sent at once) and starts a run for each lease whose
+* the lease loop long-polls `POST /v1/leases` and hands each batch to a background
+  acknowledgement (a heartbeat sent at once); a run starts only for a lease whose
   acknowledgement the cluster accepted. Nothing starts before that: a lease whose
   acknowledgement is refused was released (its acknowledgement deadline passed) and is
-  leased to another worker, so starting it would run the job twice. The cost is one
-  replicated heartbeat (a Raft commit, tens of milliseconds) between lease and start;
+  leased to another worker, so starting it would run the job twice.
+
+  The worker is pipelined so that no slot waits for Raft: it leases ahead for the slots
+  about to free, and its next poll goes out while a batch is being acknowledged. It holds
+  at most `concurrency + prefetch` leases at once (running, being acknowledged, or
+  acknowledged and waiting for a slot); within that bound it leases ahead only as many as
+  its slots are expected to free during one lease round trip (concurrency x round trip /
+  mean run time, both measured), so a worker of slow jobs holds almost nothing beyond its
+  slots and a waiting lease starts within about one round trip. An acknowledged lease
+  waiting for a slot starts the moment a run ends, is heartbeated like a running one, and
+  is released unrun on shutdown. `prefetch` defaults to 16 x the concurrency; 0 leases only
+  for free slots (the behaviour before pipelining);
 * the heartbeat loop sends one batched `POST /v1/heartbeats` for every running attempt
   each min(heartbeat_interval_s) seconds. `cancel: true` stops the run, which is then
   reported as failed (the server records it as cancelled). A rejection (stale_token,
   lease_expired, foreign_lease, not_found) means the lease is gone: the run is stopped and
   no completion is sent for it;
-* the reporter sends completions. A completion whose answer is unknown (connection error,
+* the reporter sends completions in the background (the slot takes its next run at once).
+  A completion whose answer is unknown (connection error,
   timeout, 5xx) is resent with identical content, with capped exponential backoff across
   server failover, until a server answers for it: the server treats an identical repeat
   as a duplicate, so the attempt gets exactly one outcome.
 
 Graceful shutdown (the stop event, SIGTERM or SIGINT): stop leasing, release leases that
-arrive after the stop without running them, let running attempts finish for up to
+arrive after the stop, and acknowledged leases still waiting for a slot, without running
+them, let running attempts finish for up to
 `drain_timeout_s` (then kill them and report them as failed), flush the reporter for up to
 `report_timeout_s`, and return. Outcomes that could not be delivered by then are logged at
 ERROR level with their full content; the server will eventually mark those attempts lost.
@@ -30,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import signal
 import sys
@@ -45,6 +58,9 @@ from raftcron.worker.isolation import RunAs
 from raftcron.worker.secrets import SecretsError, SecretsFile
 
 log = logging.getLogger("raftcron.worker")
+
+PREFETCH_PER_SLOT = 16
+EWMA_WEIGHT = 0.2  # of the newest sample in the run-time and round-trip averages
 
 LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})
 
@@ -103,6 +119,12 @@ class WorkerOptions:
     token may ask a node that lacks it."""
     secrets_file: str | None = None
     """JSON file of the secrets that job targets may name (raftcron.worker.secrets)."""
+    prefetch: int | None = None
+    """At most this many leases held beyond the concurrency, acknowledged and waiting for a
+    slot (None: PREFETCH_PER_SLOT x the concurrency; 0: lease only for free slots). How
+    many are actually leased ahead follows the measured run time and round trip (see the
+    module docstring); this is the hard bound, so that a stopping worker has few leases
+    to hand back."""
 
 
 @dataclass(slots=True, eq=False)
@@ -224,6 +246,9 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        prefetch = (options.prefetch if options is not None else None)
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must not be negative")
         self.queues = list(queues)
         self.concurrency = concurrency
         self.worker_id = worker_id
@@ -237,13 +262,49 @@ class Worker:
         self._secrets = (SecretsFile(self.options.secrets_file)
                          if self.options.secrets_file else None)
         self._run_as = run_as
+        self.prefetch = PREFETCH_PER_SLOT * concurrency if prefetch is None else prefetch
+        """The hard bound on leases held beyond the concurrency."""
+        self._run_s: float | None = None
+        """Mean run time (EWMA; None until a run ended): how fast slots free."""
+        self._round_trip_s: float | None = None
+        """Mean lease round trip (EWMA): twice an acknowledgement's, one Raft commit each
+        for the Lease and the acknowledging heartbeat."""
         self._runs: dict[str, _Run] = {}
+        """Runs in progress, at most `concurrency`."""
+        self._ready: dict[str, _Run] = {}
+        """Acknowledged leases waiting for a slot, oldest first (no task yet)."""
+        self._acking = 0
+        """Leases whose acknowledgement is in flight."""
+        self._ack_tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self._leased_once = False  # a lease request was answered (the config works)
         self._changed = asyncio.Event()
 
     @property
     def running(self) -> list[Lease]:
         return [r.lease for r in self._runs.values()]
+
+    @property
+    def lease_ahead(self) -> int:
+        """Leases to hold beyond the busy slots now: as many as the slots are expected to
+        free during one lease round trip, within [min(1, prefetch), prefetch]. Before
+        anything was measured: as many as the concurrency (within the bound)."""
+        if self.prefetch == 0:
+            return 0
+        if self._run_s is None or self._round_trip_s is None:
+            return min(self.prefetch, self.concurrency)
+        expected = self.concurrency * self._round_trip_s / max(self._run_s, 0.001)
+        return max(1, min(self.prefetch, math.ceil(expected)))
+
+    def _observe(self, attr: str, sample: float) -> None:
+        old = getattr(self, attr)
+        setattr(self, attr, sample if old is None else
+                (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * sample)
+
+    @property
+    def held(self) -> int:
+        """Leases this worker holds: running, being acknowledged, or waiting for a slot."""
+        return len(self._runs) + self._acking + len(self._ready)
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("worker %s starting: servers=%s queues=%s concurrency=%d", self.worker_id,
@@ -252,20 +313,26 @@ class Worker:
         heartbeats = asyncio.create_task(self._heartbeat_loop(), name="raftcron-heartbeats")
         try:
             await self._lease_loop(stop)
+            self._stopping = True
             log.info("worker %s stopping: %d run(s) in flight", self.worker_id, len(self._runs))
+            if self._ack_tasks:
+                await asyncio.wait(set(self._ack_tasks))
+            unstarted = list(self._ready.values())
+            self._ready.clear()
+            await self._release([r.lease for r in unstarted if r.lost is None])
             await self._drain()
             if not await self.reporter.flush(self.options.report_timeout_s):
                 for c in self.reporter.pending:
                     log.error("could not report attempt=%s before exiting; outcome was %r",
                               c["attempt_id"], c)
         finally:
-            for task in (heartbeats, reporter):
+            for task in (heartbeats, reporter, *self._ack_tasks):
                 task.cancel()
             for run in list(self._runs.values()):
                 if run.task is not None:
                     run.task.cancel()
             await asyncio.gather(
-                heartbeats, reporter,
+                heartbeats, reporter, *self._ack_tasks,
                 *(r.task for r in self._runs.values() if r.task is not None),
                 return_exceptions=True,
             )
@@ -276,7 +343,7 @@ class Worker:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
         refused_since: float | None = None
         while not stop.is_set():
-            free = self.concurrency - len(self._runs)
+            free = self.concurrency + self.lease_ahead - self.held
             if free <= 0:
                 self._changed.clear()
                 stop_wait = asyncio.create_task(stop.wait())
@@ -285,7 +352,7 @@ class Worker:
                 stop_wait.cancel()
                 change_wait.cancel()
                 continue
-            wait_s = self.options.busy_wait_s if self._runs else self.options.wait_s
+            wait_s = self.options.busy_wait_s if self.held else self.options.wait_s
             wait_s = min(wait_s, self.options.wait_s)
             # An in-flight poll is not abandoned on stop: its leases are released below
             # instead of being left to expire on the server.
@@ -325,8 +392,55 @@ class Worker:
                 log.warning("server granted %d lease(s) beyond the %d requested; releasing them",
                             len(extra), free)
                 await self._release(extra)
-            for lease in await self._acknowledge(leases[:free]):
-                self._start(lease)
+            self._acknowledge_in_background(leases[:free])
+
+    def _acknowledge_in_background(self, leases: list[Lease]) -> None:
+        """Acknowledge a batch while the next poll goes out; accepted leases join the
+        slot queue. They count as held from now on, so the bound holds throughout."""
+        if not leases:
+            return
+        self._acking += len(leases)
+
+        async def acknowledge() -> None:
+            began = asyncio.get_running_loop().time()
+            try:
+                accepted = await self._acknowledge(leases)
+            finally:
+                self._acking -= len(leases)
+            if accepted:
+                self._observe("_round_trip_s", 2 * (asyncio.get_running_loop().time() - began))
+            for lease in accepted:
+                if lease.attempt_id in self._runs or lease.attempt_id in self._ready:
+                    log.warning("lease for %s is already held here; ignoring the duplicate",
+                                lease.ids())
+                    continue
+                self._ready[lease.attempt_id] = _Run(lease)
+            self._fill()
+
+        task = asyncio.create_task(acknowledge(), name="raftcron-acknowledge")
+        self._ack_tasks.add(task)
+        task.add_done_callback(self._ack_done)
+
+    def _ack_done(self, task: asyncio.Task[None]) -> None:
+        self._ack_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("acknowledging leases failed", exc_info=task.exception())
+        self._changed.set()
+
+    def _fill(self) -> None:
+        """Start waiting acknowledged leases in the free slots (none once stopping: those
+        are released instead). A waiting lease whose heartbeat was rejected is dropped; one
+        the server cancelled is reported without running."""
+        while not self._stopping and self._ready and len(self._runs) < self.concurrency:
+            run = self._ready.pop(next(iter(self._ready)))
+            if run.lost is not None:
+                log.warning("not starting %s: the lease is gone (%s)", run.lease.ids(),
+                            run.lost)
+            elif run.cancel.is_set():
+                self._cancelled_before_start(run.lease)
+            else:
+                self._start(run)
+        self._changed.set()
 
     async def _acknowledge(self, leases: list[Lease]) -> list[Lease]:
         """Acknowledge fresh leases; returns those the cluster accepted, which alone may
@@ -364,23 +478,22 @@ class Worker:
                     log.warning("acknowledgement of %s refused: %s: %s; not starting it",
                                 lease.ids(), r.get("rejected"), r.get("message", ""))
                 elif r.get("cancel"):
-                    log.info("%s was cancelled before it started", lease.ids())
-                    self.reporter.submit({
-                        "attempt_id": lease.attempt_id, "fencing_token": lease.fencing_token,
-                        "outcome": "failed", "exit_code": None,
-                        "output": "[raftcron] cancelled before it started\n",
-                    })
+                    self._cancelled_before_start(lease)
                 else:
                     accepted.append(lease)
             waiting = unanswered
         return accepted
 
-    def _start(self, lease: Lease) -> None:
-        if lease.attempt_id in self._runs:
-            log.warning("lease for %s is already running here; ignoring the duplicate",
-                        lease.ids())
-            return
-        run = _Run(lease)
+    def _cancelled_before_start(self, lease: Lease) -> None:
+        log.info("%s was cancelled before it started", lease.ids())
+        self.reporter.submit({
+            "attempt_id": lease.attempt_id, "fencing_token": lease.fencing_token,
+            "outcome": "failed", "exit_code": None,
+            "output": "[raftcron] cancelled before it started\n",
+        })
+
+    def _start(self, run: _Run) -> None:
+        lease = run.lease
         self._runs[lease.attempt_id] = run
         run.task = asyncio.create_task(self._run(run), name=f"raftcron-run-{lease.attempt_id}")
         self._changed.set()
@@ -389,6 +502,7 @@ class Worker:
 
     async def _run(self, run: _Run) -> None:
         lease = run.lease
+        began = asyncio.get_running_loop().time()
         try:
             try:
                 account = {"run_as": self._run_as} if self._run_as is not None else {}
@@ -401,6 +515,7 @@ class Worker:
             except Exception as e:
                 log.exception("running %s raised", lease.ids())
                 result = RunResult("failed", None, f"[raftcron] worker error: {e!r}\n")
+            self._observe("_run_s", asyncio.get_running_loop().time() - began)
             if run.lost:
                 log.warning("not reporting %s: the lease is gone (%s); run ended %s",
                             lease.ids(), run.lost, result.outcome)
@@ -416,20 +531,22 @@ class Worker:
             })
         finally:
             self._runs.pop(lease.attempt_id, None)
-            self._changed.set()
+            self._fill()
 
     async def _heartbeat_loop(self) -> None:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
         retry_in: float | None = None
         while True:
-            if not self._runs:
+            if not self._runs and not self._ready:
                 retry_in = None
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            interval = float(min(r.lease.heartbeat_interval_s for r in self._runs.values()))
+            held = [*self._runs.values(), *self._ready.values()]
+            interval = float(min(r.lease.heartbeat_interval_s for r in held))
             await asyncio.sleep(interval if retry_in is None else retry_in)
-            runs = [r for r in self._runs.values() if r.lost is None]
+            # Acknowledged leases waiting for a slot are kept alive like running ones.
+            runs = [r for r in (*self._runs.values(), *self._ready.values()) if r.lost is None]
             if not runs:
                 continue
             timeout = max(1.0, min(self.options.request_timeout_s, interval))
@@ -452,6 +569,19 @@ class Worker:
                 r = results.get(run.lease.attempt_id)
                 if r is not None:
                     self._apply_heartbeat(run, r)
+            self._settle_waiting()
+
+    def _settle_waiting(self) -> None:
+        """Give up waiting leases the server took back or cancelled, so they stop counting
+        against the lease bound (a cancelled one is reported without running)."""
+        for aid, run in list(self._ready.items()):
+            if run.lost is not None:
+                del self._ready[aid]
+                log.warning("not starting %s: the lease is gone (%s)", run.lease.ids(), run.lost)
+            elif run.cancel.is_set():
+                del self._ready[aid]
+                self._cancelled_before_start(run.lease)
+        self._changed.set()
 
     def _apply_heartbeat(self, run: _Run, r: dict[str, Any]) -> None:
         if r.get("ok"):

@@ -258,8 +258,11 @@ def test_status_shows_every_nodes_role(cli: tuple[LocalCluster, str]) -> None:
     c, server = cli
     out = raftcron("status", "--server", server)
     assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines()]
+    nodes_part, _, queues_part = out.stdout.partition("\n\n")
+    rows = [line.split() for line in nodes_part.splitlines()]
     assert rows[0] == ["node", "role", "term", "epoch", "leader", "commit", "applied", "lag"]
+    queue_rows = [line.split() for line in queues_part.splitlines()]
+    assert queue_rows[0] in (["queues:", "none"], ["queue", "due", "oldest_wait_s"]), queue_rows
     leader = c.wait_leader()
     assert [r[0] for r in rows[1:]] == ["n1", "n2", "n3"]
     roles = {r[0]: r[1] for r in rows[1:]}
@@ -268,6 +271,7 @@ def test_status_shows_every_nodes_role(cli: tuple[LocalCluster, str]) -> None:
     as_json = json.loads(raftcron("status", "--json", "--server", server).stdout)
     assert as_json["leader_id"] == leader
     assert [n["node_id"] for n in as_json["nodes"]] == ["n1", "n2", "n3"]
+    assert isinstance(as_json["queues"], list)
 
 
 def test_cli_tries_the_next_server_when_one_is_down(cli: tuple[LocalCluster, str]) -> None:

@@ -65,6 +65,8 @@ def test_scope_rules_before_routing(tmp_path: Path) -> None:
     assert coarse_denial(p("read"), "GET", "/v1/jobs") is None
     assert coarse_denial(p("read"), "POST", "/v1/jobs") is not None
     assert coarse_denial(p("worker"), "GET", "/metrics") is not None
+    assert coarse_denial(p("worker"), "GET", "/v1/status/queues") is not None
+    assert coarse_denial(p("read"), "GET", "/v1/status/queues") is None
     assert coarse_denial(p("worker:q"), "POST", "/v1/attempts/a/complete") is None
     assert coarse_denial(p("tenant:t"), "POST", "/v1/leases") is not None
     assert coarse_denial(p("tenant:t"), "PUT", "/v1/tenants/t") is not None
@@ -79,7 +81,8 @@ def test_scope_rules_before_routing(tmp_path: Path) -> None:
     # The node token reads the cluster view and nothing else (it travels between nodes).
     assert coarse_denial(node, "GET", "/v1/cluster") is None
     for method, path in [("GET", "/v1/jobs"), ("GET", "/v1/jobs/j"), ("GET", "/v1/occurrences"),
-                         ("GET", "/v1/status/jobs"), ("GET", "/v1/backup"), ("GET", "/metrics"),
+                         ("GET", "/v1/status/jobs"), ("GET", "/v1/status/queues"),
+                         ("GET", "/v1/backup"), ("GET", "/metrics"),
                          ("POST", "/v1/jobs"), ("POST", "/v1/leases")]:
         assert coarse_denial(node, method, path) is not None, (method, path)
     assert auth.authenticate(f"Bearer {node_token('t' * 32)}") is None

@@ -31,3 +31,12 @@ def test_schedule_preview_refuses_an_instant_past_the_year_9999(
                  "--start", "9999-12-31T23:59:59-23:59"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--start: must be between" in err, err
+
+
+@pytest.mark.parametrize("prefetch", ["-1", "1001"])
+def test_worker_prefetch_out_of_range_exits_2(prefetch: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["worker", "--server", NOWHERE, "--prefetch", prefetch, "--token", "t"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "--prefetch must be between 0 and 1000" in err, err

@@ -269,3 +269,26 @@ async def test_http_cancel_aborts_request() -> None:
     cancel.set("stop")
     r = await asyncio.wait_for(task, 3)
     assert (r.outcome, r.killed) == ("failed", "stop")
+
+
+async def test_exit_poll_starts_short_and_backs_off_to_its_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trivial command's slot is free within milliseconds, not one 50 ms poll later."""
+    from raftcron.worker import executors
+
+    class Proc:
+        returncode: int | None = None
+
+    proc = Proc()
+    delays: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) == 10:
+            proc.returncode = 0
+
+    monkeypatch.setattr(executors.asyncio, "sleep", fake_sleep)
+    assert await executors._exited(proc, poll_s=0.05) == 0  # type: ignore[arg-type]
+    assert delays[0] <= 0.001
+    assert delays == sorted(delays) and max(delays) == 0.05
+    assert sum(delays[:4]) < 0.02  # four looks within the first 20 ms

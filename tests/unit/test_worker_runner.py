@@ -168,7 +168,8 @@ async def test_runs_leases_and_reports_with_bearer_token() -> None:
         "succeeded", 0, "hi\n", 101)
     assert (c2["outcome"], c2["exit_code"]) == ("failed", 7)
     assert all(h["authorization"] == "Bearer s3cret" for h in cluster.headers)
-    assert cluster.bodies("/v1/leases")[0]["max"] == 2
+    # concurrency 2 plus the default prefetch (as many as the concurrency)
+    assert cluster.bodies("/v1/leases")[0]["max"] == 4
 
 
 async def test_lost_completion_response_is_retried_identically() -> None:

@@ -1,0 +1,175 @@
+"""One real worker against a real three-node cluster: runs/s and lag.
+
+Run: python bench/worker.py [--jobs 200] [--concurrency 4] [--seconds 20] [--warmup 5]
+                            [--only pipeline|no-pipeline] [--out FILE]
+
+For each mode (by default both, one after the other, each on a fresh cluster) this starts
+three `raftcron node` processes (as `raftcron up` does), adds `--jobs` every-second shell
+jobs on one queue, starts one `raftcron worker --concurrency N` process and, after
+`--warmup` seconds, looks at the runs due during the next `--seconds` seconds:
+
+  runs/s   runs of those instants that succeeded, per second of the window
+  done/s   runs of any instant that finished during the window, per second: what the
+           worker got through, even when it is too far behind to reach the window's own
+           instants
+  lag      nominal instant → the job's process started (by the worker's clock, which is
+           this machine's): p50, p99, max. A run not started when the state is read
+           (`--grace` seconds after the window) counts with the time it has waited by
+           then, and a figure that includes such runs is only a lower bound (">=").
+
+The job is `date +%s.%N`: as trivial as `true`, and it prints the instant its process
+started, so the lag is measured where it matters, not at lease or completion time.
+
+Modes: `pipeline` is the worker as shipped (leases ahead: `--prefetch` defaults to the
+concurrency, acknowledgements and completions off the slots' path); `no-pipeline` is
+`--prefetch 0`, the worker leasing only for free slots. One run per mode, not a median of
+several: the machine is shared, so rerun before trusting a small difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from raftcron.config import load_config  # noqa: E402
+from raftcron.testing import LocalCluster  # noqa: E402
+
+TARGET_RUNS_S = 200
+TARGET_P99_S = 1.0
+QUEUE = "bench"
+MODES = {"pipeline": (), "no-pipeline": ("--prefetch", "0")}
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def add_jobs(c: LocalCluster, nid: str, n: int) -> None:
+    for i in range(n):
+        body = {"id": f"w{i:04d}", "schedule": {"cron": "* * * * * *"}, "queue": QUEUE,
+                "target": {"shell": "date +%s.%N"}}
+        r = c.post(nid, "/v1/jobs", body)
+        assert r.status_code in (200, 201), r.text
+
+
+def measure(c: LocalCluster, jobs: int, start_ms: int, end_ms: int) -> dict[str, Any]:
+    """Read one node's SQLite state (read-only) for the instants in [start, end)."""
+    path = load_config(str(c.configs[0])).db_path
+    read_s = time.time()
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT o.scheduled_for_ms, a.output FROM occurrences o "
+            "JOIN attempts a ON a.occurrence_id = o.id AND a.status = 'succeeded' "
+            "WHERE o.kind = 'scheduled' AND o.scheduled_for_ms >= ? AND o.scheduled_for_ms < ?",
+            (start_ms, end_ms)).fetchall()
+        done = conn.execute(
+            "SELECT count(*) FROM attempts WHERE status = 'succeeded' AND finished_ms >= ? "
+            "AND finished_ms < ?", (start_ms, end_ms)).fetchone()[0]
+    finally:
+        conn.close()
+    lags: list[float] = []
+    ran_at: dict[int, int] = {}
+    for scheduled, output in rows:
+        try:
+            lags.append(max(0.0, float(output.split()[0]) - scheduled / 1000))
+        except (AttributeError, ValueError, IndexError):
+            continue
+        ran_at[scheduled] = ran_at.get(scheduled, 0) + 1
+    waited = [read_s - t / 1000 for t in range(start_ms, end_ms, 1000)
+              for _ in range(jobs - ran_at.get(t, 0))]
+    return {"ran_lags": lags, "unstarted_waits": waited, "done": done}
+
+
+def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rc-bench-worker-") as tmp:
+        c = LocalCluster(Path(tmp))
+        try:
+            c.start()
+            leader = c.wait_leader(timeout=60)
+            c.wait_serving()
+            # The worker first: a backlog built while the jobs are added would be measured.
+            c.start_worker("bench-w1", concurrency=args.concurrency, queues=QUEUE,
+                           extra_args=MODES[mode])
+            add_jobs(c, leader, args.jobs)
+            time.sleep(args.warmup)
+            start_ms = (int(time.time()) + 1) * 1000
+            end_ms = start_ms + args.seconds * 1000
+            time.sleep(max(0.0, end_ms / 1000 - time.time()) + args.grace)
+            got = measure(c, args.jobs, start_ms, end_ms)
+        finally:
+            c.close()
+    ran, waited = got["ran_lags"], got["unstarted_waits"]
+    lags = sorted(ran + waited)
+    floor = min(waited, default=math.inf)  # figures at or past it include unstarted runs
+    result = {"mode": mode, "due": len(lags), "ran": len(ran), "unstarted": len(waited),
+              "runs_s": len(ran) / args.seconds, "done_s": got["done"] / args.seconds}
+    for name, value in (("p50", quantile(lags, 0.5)), ("p99", quantile(lags, 0.99)),
+                        ("max", lags[-1])):
+        result[name] = (value, value >= floor)
+    return result
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
+    lines = [
+        f"$ {command}",
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()}: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}; 3 nodes and 1 worker on loopback",
+        f"# {args.jobs} every-second shell jobs, one worker of concurrency "
+        f"{args.concurrency}, window {args.seconds} s after {args.warmup} s warm-up; "
+        f"target {TARGET_RUNS_S} runs/s at p99 <= {TARGET_P99_S:g} s",
+        "",
+        f"{'mode':<12} {'due':>6} {'ran':>6} {'unstarted':>9} {'runs/s':>7} {'done/s':>7} "
+        f"{'lag p50':>9} {'lag p99':>9} {'lag max':>9}",
+    ]
+
+    def fig(value: tuple[float, bool]) -> str:
+        return f"{'>=' if value[1] else ''}{value[0]:.3f}"
+
+    for r in results:
+        lines.append(f"{r['mode']:<12} {r['due']:>6} {r['ran']:>6} {r['unstarted']:>9} "
+                     f"{r['runs_s']:>7.1f} {r['done_s']:>7.1f} {fig(r['p50']):>9} "
+                     f"{fig(r['p99']):>9} {fig(r['max']):>9}")
+    if len(results) == 2 and results[1]["done_s"]:
+        lines.append("")
+        lines.append(f"pipeline / no-pipeline done/s: "
+                     f"{results[0]['done_s'] / results[1]['done_s']:.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--grace", type=float, default=3.0,
+                   help="seconds after the window before the state is read")
+    p.add_argument("--only", choices=sorted(MODES))
+    p.add_argument("--out", help="also write the report to this file")
+    args = p.parse_args()
+    modes = [args.only] if args.only else ["pipeline", "no-pipeline"]
+    results = []
+    for mode in modes:
+        print(f"running {mode} ...", file=sys.stderr, flush=True)
+        results.append(run_mode(mode, args))
+    text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]))
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -191,11 +191,14 @@ def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
 
 
 def sample_digests(procs: Processes, http: httpx.Client,
-                   timeout_s: float = 20.0) -> dict[str, list[dict[str, Any]]]:
+                   timeout_s: float = 90.0) -> dict[str, list[dict[str, Any]]]:
     """Read every node's (applied index, digest) many times, all nodes at once, until one
     index has been seen on every node. The leader keeps ticking while we read, so waiting
     for the nodes to stand still at one index would compare whatever index each happens to
-    be at; sampling finds a barrier index that every node reported itself."""
+    be at; sampling finds a barrier index that every node reported itself. A node that
+    comes back from the last fault may still be catching up (hundreds of entries behind,
+    then a snapshot that skips indexes) and answer digests slowly meanwhile: the wait is
+    long enough for it to catch up, and ends as soon as one index is common."""
     from concurrent.futures import ThreadPoolExecutor
 
     samples: dict[str, list[dict[str, Any]]] = {nid: [] for nid in procs.ids}

@@ -51,6 +51,7 @@ def changed_job_ids(cmd: c.Command) -> set[str]:
         return {cmd.job["id"]}
     return {cmd.job_id}  # type: ignore[attr-defined]
 MAX_CLOCK_BEHIND_MS = 2000
+BEGIN_EPOCH_RETRY_S = 0.2
 HANDOVER_TIMEOUT_S = 2.0
 GRACEFUL_SHUTDOWN_S = 5.0
 # Idle HTTP connections stay open longer than httpx clients keep them (5 s): with equal

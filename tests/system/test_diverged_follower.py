@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from raftcron.testing import LocalCluster, wait_until
+from tests.system.helpers import serving_cluster
 
 pytestmark = pytest.mark.system
 
@@ -40,22 +41,17 @@ pytestmark = pytest.mark.system
 FRESH_JOBS = 120
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path)
+def _n1_leads_and_holds_on(c: LocalCluster) -> None:
     c.set_raft_options("n1", raftMinTimeout=0.3, raftMaxTimeout=0.35,
                        leaderFallbackTimeout=60.0)
     for nid in ("n2", "n3"):
         c.set_raft_options(nid, raftMinTimeout=1.5, raftMaxTimeout=2.5)
-    c.start("n1")
-    c.start("n2")
-    c.start("n3")
-    try:
-        c.wait_leader(timeout=30)
-        c.wait_serving()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with serving_cluster(tmp_path, _n1_leads_and_holds_on) as c:
         yield c
-    finally:
-        c.close()
 
 
 def _job(job_id: str) -> dict[str, object]:

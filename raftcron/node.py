@@ -26,11 +26,12 @@ from raftcron.cluster.raft import RaftNode
 from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
+from raftcron.core.timefmt import parse_duration
 from raftcron.leader import webhook_keys
 from raftcron.leader.clock import ClockGuard
 from raftcron.leader.dispatch import freed_by
 from raftcron.leader.duties import DutySettings, LeaderDuties
-from raftcron.leader.retention import DEFAULT_RETENTION_S, parse_duration
+from raftcron.leader.retention import DEFAULT_RETENTION_S
 from raftcron.leader.ticker import now_ms
 from raftcron.state import db
 from raftcron.state.machine import StateMachine

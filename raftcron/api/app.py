@@ -41,7 +41,7 @@ from raftcron.cluster.peer_tls import peer_tls
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 log = logging.getLogger("raftcron.api")
 # The status page lives in the repository's top-level web/ (no build step); an installed
@@ -131,7 +131,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error")
 
 
-def create_app(node: Node) -> Starlette:
+def create_app(node: NodeView) -> Starlette:
     """The API of one node. Raises `raftcron.auth.AuthError` for an unusable tokens file."""
     ctx = ApiContext(node)
     config = node.config

@@ -167,7 +167,9 @@ def test_the_generator_reaches_both_sides() -> None:
     """The property is not vacuous: the drawn bodies include accepted and refused ones."""
     seen = {"ok": 0, "refused": 0}
 
-    @settings(max_examples=200, deadline=None, database=None)
+    # Derandomized: a draw of 200 gave 9 accepted bodies once, so a random seed made this
+    # guard flaky; a fixed draw keeps it a statement about the generator.
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(body=job_bodies())
     def classify(body: dict[str, Any]) -> None:
         try:

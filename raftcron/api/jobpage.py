@@ -1,0 +1,155 @@
+"""Read models for the job page and the fire-lag chart of the status page.
+
+`GET /v1/status/jobs/{job_id}`: one job as the page shows it (the job as `GET /v1/jobs`
+shows it, its schedule in words, and the next fire times marked where the job's zone
+changes its UTC offset between two of them).
+
+`GET /v1/status/fire-lag`: per minute of the last hour(s), p50/p99 of how late scheduled
+occurrences were leased (first attempt's lease time, stamped by the leader in the lease
+command, minus the occurrence's dispatch instant). It is read from the replicated state,
+so every node answers the same and a failover loses nothing; its work is bounded by
+`LAG_MAX_ROWS` (newest instants first; the answer says when older ones were left out).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.auth import tenant_clause
+from raftcron.api.jobs import ctx_of, job_detail, path_job_id
+from raftcron.api.status import int_param
+from raftcron.core.model import Job
+from raftcron.core.schedule import ScheduleError
+from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
+
+MAX_FIRES = 50
+LAG_MAX_MINUTES = 180
+LAG_MAX_ROWS = 20_000
+
+
+def _offset(ms: int, tz: ZoneInfo) -> timedelta:
+    return datetime.fromtimestamp(ms / 1000, tz=tz).utcoffset() or timedelta(0)
+
+
+def _fmt_offset(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def upcoming_fires(job: Job, after_ms: int, count: int) -> list[dict[str, Any]]:
+    """The next `count` fire instants of `job` after `after_ms` (within its start/end
+    bounds). Each carries its UTC offset in the job's zone, and `dst_change` ("+01:00 →
+    +02:00") when that offset differs from the one before it (the first is compared with
+    the offset at `after_ms`): the fire falls after a DST transition."""
+    sched = job.compiled()
+    tz = ZoneInfo(job.schedule.timezone)
+    start, end = job.schedule.start_at_ms, job.schedule.end_at_ms
+    t = after_ms // 1000
+    if start is not None and t * 1000 < start:
+        t = start // 1000 - 1
+    previous = _offset(after_ms, tz)
+    out: list[dict[str, Any]] = []
+    for _ in range(count):
+        nxt = sched.next_after(t)
+        if nxt is None or (end is not None and nxt * 1000 > end):
+            break
+        offset = _offset(nxt * 1000, tz)
+        out.append({
+            "utc": ms_to_iso(nxt * 1000),
+            "local": ms_to_local_iso(nxt * 1000, job.schedule.timezone),
+            "utc_offset": _fmt_offset(offset),
+            "dst_change": None if offset == previous
+            else f"{_fmt_offset(previous)} → {_fmt_offset(offset)}",
+        })
+        previous = offset
+        t = nxt
+    return out
+
+
+async def job_page(request: Request) -> JSONResponse:
+    """One job for its page (404 for a job the caller may not see, as GET /v1/jobs)."""
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    count = int_param(request, "fires", 10, 1, MAX_FIRES)
+    after_ms = int(time.time() * 1000)
+    if "after" in request.query_params:
+        after_ms = parse_iso_ms(request.query_params["after"], "after")
+    detail = await job_detail(ctx, job_id, request)
+    row = await ctx.fetchone("SELECT spec FROM jobs WHERE id = ?", (job_id,))
+    job = Job.from_spec(json.loads(row[0]))
+    try:
+        detail["describe"] = job.compiled().describe()
+        detail["upcoming"] = upcoming_fires(job, after_ms, count)
+    except ScheduleError as e:
+        detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
+        detail["upcoming"] = []
+    return JSONResponse(detail)
+
+
+def _quantile(ordered: list[int], q: float) -> int:
+    """Nearest-rank quantile of a sorted, non-empty list."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def lag_per_minute(rows: list[tuple[int, int | None]], start_ms: int, minutes: int,
+                   now_ms: int) -> list[dict[str, Any]]:
+    """Per minute from `start_ms`: how many instants were due, how many were leased, and
+    p50/p99/max of the lease lag in ms. `rows` are (dispatch_ms, first lease ms or None).
+    An instant not leased yet and already due counts in `waiting`."""
+    lags: list[list[int]] = [[] for _ in range(minutes)]
+    due = [0] * minutes
+    waiting = [0] * minutes
+    for dispatch_ms, leased_ms in rows:
+        i = (dispatch_ms - start_ms) // 60_000
+        if not 0 <= i < minutes or dispatch_ms > now_ms:
+            continue
+        due[i] += 1
+        if leased_ms is None:
+            waiting[i] += 1
+        else:
+            lags[i].append(max(0, leased_ms - dispatch_ms))
+    out = []
+    for i in range(minutes):
+        ordered = sorted(lags[i])
+        out.append({
+            "minute": ms_to_iso(start_ms + i * 60_000), "due": due[i], "leased": len(ordered),
+            "waiting": waiting[i],
+            "p50_ms": _quantile(ordered, 0.5) if ordered else None,
+            "p99_ms": _quantile(ordered, 0.99) if ordered else None,
+            "max_ms": ordered[-1] if ordered else None,
+        })
+    return out
+
+
+async def fire_lag(request: Request) -> JSONResponse:
+    """Fire lag per minute over the last `minutes` (default 60) for the caller's jobs."""
+    ctx = ctx_of(request)
+    minutes = int_param(request, "minutes", 60, 1, LAG_MAX_MINUTES)
+    now_ms = int(time.time() * 1000)
+    start_ms = (now_ms // 60_000 - minutes + 1) * 60_000
+    clause, params = tenant_clause(request)
+    # Time-led scan of occ_scheduled_time, newest first, then one primary-key lookup per
+    # row for its first attempt (attempt ids are `<occurrence id>~<number>`).
+    rows = await ctx.fetchall(
+        "SELECT o.dispatch_at_ms, a.leased_ms FROM (SELECT id, dispatch_at_ms FROM occurrences "
+        "WHERE kind = 'scheduled' AND scheduled_for_ms >= ? AND scheduled_for_ms <= ? "
+        f"{f'AND {clause} ' if clause else ''}ORDER BY scheduled_for_ms DESC LIMIT ?) o "
+        "LEFT JOIN attempts a ON a.id = o.id || '~1'",
+        (start_ms - 3_600_000, now_ms, *params, LAG_MAX_ROWS + 1))
+    truncated = len(rows) > LAG_MAX_ROWS
+    buckets = lag_per_minute(rows[:LAG_MAX_ROWS], start_ms, minutes, now_ms)
+    leased = [b for b in buckets if b["leased"]]
+    return JSONResponse({
+        "start": ms_to_iso(start_ms), "minutes": minutes, "buckets": buckets,
+        "truncated": truncated,
+        "worst": max(leased, key=lambda b: b["p99_ms"]) if leased else None,
+    })

@@ -76,6 +76,8 @@ ROUTES = [
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
     Route("/v1/status/queues", status.queues_overview, methods=["GET"]),
     Route("/v1/status/jobs/{job_id}", jobpage.job_page, methods=["GET"]),
+    Route("/v1/status/jobs/{job_id}/backfill-preview", jobpage.backfill_preview,
+          methods=["GET"]),
     Route("/v1/status/fire-lag", jobpage.fire_lag, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),

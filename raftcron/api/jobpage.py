@@ -4,6 +4,10 @@
 shows it, its schedule in words, and the next fire times marked where the job's zone
 changes its UTC offset between two of them).
 
+`GET /v1/status/jobs/{job_id}/backfill-preview?start=&end=`: the instants a backfill of
+that range would create, listed by the same function the backfill uses (count and the
+first `PREVIEW_INSTANTS`); nothing is written.
+
 `GET /v1/status/fire-lag`: per minute of the last hour(s), p50/p99 of how late scheduled
 occurrences were leased (first attempt's lease time, stamped by the leader in the lease
 command, minus the occurrence's dispatch instant). It is read from the replicated state,
@@ -13,6 +17,7 @@ so every node answers the same and a failover loses nothing; its work is bounded
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -24,8 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause
-from raftcron.api.jobs import ctx_of, job_detail, path_job_id
+from raftcron.api.jobs import MAX_BACKFILL, ctx_of, job_detail, path_job_id, visible_job_row
 from raftcron.api.status import int_param
+from raftcron.core.backfill import backfill_instants, check_backfill_span
+from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
 from raftcron.core.schedule import ScheduleError
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
@@ -33,6 +40,7 @@ from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 MAX_FIRES = 50
 LAG_MAX_MINUTES = 180
 LAG_MAX_ROWS = 20_000
+PREVIEW_INSTANTS = 50
 
 
 def _offset(ms: int, tz: ZoneInfo) -> timedelta:
@@ -93,6 +101,27 @@ async def job_page(request: Request) -> JSONResponse:
         detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
         detail["upcoming"] = []
     return JSONResponse(detail)
+
+
+async def backfill_preview(request: Request) -> JSONResponse:
+    """What `POST /v1/jobs/{id}/backfill` with this start and end would create."""
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    q = request.query_params
+    for name in ("start", "end"):
+        if name not in q:
+            raise ValidationError(name, "is required: an ISO 8601 instant")
+    start = parse_iso_ms(q["start"], "start")
+    end = parse_iso_ms(q["end"], "end")
+    check_backfill_span(start, end)
+    row = await visible_job_row(request, ctx, job_id)
+    sched = Job.from_spec(json.loads(row[3])).compiled()
+    instants = await asyncio.to_thread(backfill_instants, sched, start, end, MAX_BACKFILL)
+    return JSONResponse({
+        "job_id": job_id, "count": len(instants),
+        "instants": [ms_to_iso(ms) for ms in instants[:PREVIEW_INSTANTS]],
+        "shown": min(len(instants), PREVIEW_INSTANTS),
+    })
 
 
 def _quantile(ordered: list[int], q: float) -> int:

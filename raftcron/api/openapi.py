@@ -152,6 +152,14 @@ def _spec() -> dict[str, Any]:
                 params=[*JOB, _query("fires", {"type": "integer", "minimum": 1, "maximum": 50}),
                         _query("after", {"type": "string", "format": "date-time"})],
                 errors=(400, 404))},
+            "/v1/status/jobs/{job_id}/backfill-preview": {"get": _op(
+                "The instants a backfill of [start, end] would create (count, first 50); "
+                "writes nothing",
+                params=[*JOB, {**_query("start", {"type": "string", "format": "date-time"}),
+                               "required": True},
+                        {**_query("end", {"type": "string", "format": "date-time"}),
+                         "required": True}],
+                errors=(400, 404))},
             "/v1/status/fire-lag": {"get": _op(
                 "Per minute: p50/p99 of first-lease time minus dispatch instant of "
                 "scheduled occurrences (at most 20,000 newest instants)",

@@ -78,7 +78,7 @@ def assert_invalid(response: httpx.Response, field: str) -> None:
 async def test_next_fire_times_are_marked_where_they_cross_a_dst_transition(
         api: httpx.AsyncClient, node: Node) -> None:
     # Europe/Berlin goes from +01:00 to +02:00 on 2026-03-29 (02:30 does not exist that
-    # day: the default gap policy fires at 03:30 local, 01:30 UTC).
+    # day: the default gap policy fires when the gap ends, 03:00 local, 01:00 UTC).
     r = await api.get("/v1/status/jobs/invoices", headers=node.auth("acme-bot"),
                       params={"after": "2026-03-26T12:00:00Z", "fires": 5})
     assert r.status_code == 200, r.text
@@ -90,7 +90,8 @@ async def test_next_fire_times_are_marked_where_they_cross_a_dst_transition(
                                                 "+02:00"]
     assert [f["dst_change"] for f in fires] == [None, None, "+01:00 → +02:00", None, None]
     assert fires[0]["utc"] == "2026-03-27T01:30:00Z"
-    assert fires[2]["local"].endswith("+02:00")
+    assert (fires[2]["utc"], fires[2]["local"]) == ("2026-03-29T01:00:00Z",
+                                                    "2026-03-29T03:00:00+02:00")
 
 
 async def test_the_job_page_is_scoped_to_the_callers_tenants(
@@ -158,3 +159,44 @@ async def test_fire_lag_is_empty_without_leases_and_refuses_bad_minutes(
     for bad in ("0", "181", "1.5", "x", ""):
         assert_invalid(await api.get("/v1/status/fire-lag", headers=node.auth("ops"),
                                      params={"minutes": bad}), "minutes")
+
+
+async def test_backfill_preview_lists_what_the_backfill_creates_and_writes_nothing(
+        api: httpx.AsyncClient, node: Node) -> None:
+    params = {"start": "2026-03-27T00:00:00Z", "end": "2026-03-30T00:00:00Z"}
+    r = await api.get("/v1/status/jobs/invoices/backfill-preview", headers=node.auth("acme-bot"),
+                      params=params)
+    assert r.status_code == 200, r.text
+    preview = r.json()
+    assert preview["count"] == 3 and preview["shown"] == 3
+    assert preview["instants"] == ["2026-03-27T01:30:00Z", "2026-03-28T01:30:00Z",
+                                   "2026-03-29T01:00:00Z"]
+    assert node.node.writer.execute(
+        "SELECT count(*) FROM occurrences WHERE kind = 'backfill'").fetchone()[0] == 0
+    done = await api.post("/v1/jobs/invoices/backfill", headers=node.auth("acme-bot"),
+                          json=params)
+    assert done.status_code == 202, done.text
+    assert done.json()["count"] == preview["count"]
+    # A long range: the count is exact, the list is capped.
+    many = (await api.get("/v1/status/jobs/payroll/backfill-preview", headers=node.auth("ops"),
+                          params={"start": "2026-01-01T00:00:00Z",
+                                  "end": "2026-01-01T00:10:00Z"})).json()
+    assert many["count"] == 601 and many["shown"] == 50 and len(many["instants"]) == 50
+
+
+async def test_backfill_preview_is_scoped_and_refuses_bad_ranges(
+        api: httpx.AsyncClient, node: Node) -> None:
+    good = {"start": "2026-03-27T00:00:00Z", "end": "2026-03-30T00:00:00Z"}
+    path = "/v1/status/jobs/invoices/backfill-preview"
+    r = await api.get(path, headers=node.auth("other-bot"), params=good)
+    assert r.status_code == 404 and "invoices" in r.json()["error"]["message"]
+    for params, field in (({"end": good["end"]}, "start"), ({"start": good["start"]}, "end"),
+                          ({**good, "start": "soon"}, "start"),
+                          ({**good, "end": "2026-03-26T00:00:00Z"}, "end"),
+                          ({"start": "2000-01-01T00:00:00Z", "end": good["end"]}, "end")):
+        assert_invalid(await api.get(path, headers=node.auth("ops"), params=params), field)
+    # More instants than a backfill may create: refused like the backfill itself.
+    assert_invalid(await api.get("/v1/status/jobs/payroll/backfill-preview",
+                                 headers=node.auth("ops"),
+                                 params={"start": "2026-01-01T00:00:00Z",
+                                         "end": "2027-01-01T00:00:00Z"}), "end")

@@ -1,0 +1,129 @@
+"""The job page, the alert actions and the charts of the status page, in real Chromium
+against a real three-node cluster (real processes, sockets and SQLite files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftcron.testing import LocalCluster, wait_until
+from tests.browser.test_status_page import open_page
+from tests.system.helpers import add_job
+
+pytestmark = pytest.mark.system
+
+HOSTILE = "<script>window.pwned=1</script><b>bold</b> from greet"
+
+
+def occurrences(c: LocalCluster, nid: str, **params: str) -> list[dict[str, Any]]:
+    return c.get(nid, "/v1/occurrences", params=params)["occurrences"]
+
+
+def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster, browser: Any,
+                                                          screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    follower = next(n for n in c.ids if n != leader)
+    # Job output is text: markup in it must show as characters, never run or render.
+    add_job(c, leader, "greet", cron="*/2 * * * * *",
+            target={"shell": f"printf '%s\\n' '{HOSTILE}'"},
+            schedule={"cron": "*/2 * * * * *", "timezone": "Europe/Berlin"})
+    add_job(c, leader, "monthly", schedule={"cron": "0 9 1 * *", "timezone": "Europe/Berlin"})
+    c.start_worker("w1")
+    done = wait_until(lambda: occurrences(c, leader, job_id="greet", status="succeeded"), 30,
+                      message="a succeeded run of greet")[0]
+    detail = c.get(leader, f"/v1/occurrences/{done['id']}")
+    attempt = detail["attempt_list"][0]
+
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        # From the overview, by the job's name, on a follower.
+        open_page(page, c.urls[follower] + "/", c.admin_token)
+        page.get_by_role("link", name="greet").first.click()
+        page.wait_for_url("**/#/jobs/greet")
+        page.locator("#job-definition dd", has_text="Europe/Berlin").first.wait_for(
+            timeout=15_000)
+        definition = page.locator("#job-definition").inner_text()
+        for expected in ("Time zone", "DST", "gap: auto", "Misfire", "run_once", "Overlap",
+                         "Queue", "default", "Tenant", "Version"):
+            assert expected in definition, (expected, definition)
+
+        row = page.locator(f'tr[data-occurrence="{done["id"]}"]')
+        row.wait_for(timeout=15_000)
+        row.get_by_role("button").click()
+        output = page.locator(".attempts-row pre.output").first
+        output.wait_for(timeout=10_000)
+        assert output.inner_text().strip() == HOSTILE
+        assert page.locator(".attempts-row pre.output b").count() == 0
+        assert page.evaluate("window.pwned") is None
+        attempt_box = page.locator(".attempts-row .attempt").first.inner_text()
+        assert "w1" in attempt_box and str(attempt["fencing_token"]) in attempt_box
+        assert "Exit code\n0" in attempt_box or "Exit code\t0" in attempt_box, attempt_box
+        assert page.get_by_role("button", name="Hide attempts of").first.get_attribute(
+            "aria-expanded") == "true"
+        output.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / "job-page.png"), full_page=False)
+
+        # Filter by kind: no manual run yet; "Run now" makes one, and it shows.
+        page.get_by_label("Kind").select_option("manual")
+        page.get_by_text("no occurrence matches").wait_for(timeout=10_000)
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="Run now greet").click()
+        manual = wait_until(lambda: occurrences(c, leader, job_id="greet", kind="manual"), 10,
+                            message="manual run")
+        page.locator(f'tr[data-occurrence="{manual[0]["id"]}"]').wait_for(timeout=10_000)
+        assert page.locator("#history tbody tr[data-occurrence]").count() == 1
+
+        # Paging: 20 a page; "Older" shows the next ones, "Newest" comes back.
+        page.get_by_label("Kind").select_option("")
+        wait_until(lambda: len(occurrences(c, leader, job_id="greet")) > 21, 40,
+                   message="more than one page of runs")
+        page.locator("#history-page", has_text="page 1").wait_for(timeout=10_000)
+        assert page.get_by_role("button", name="Newest").is_disabled()
+        page.locator("#history-older:not([disabled])").wait_for(timeout=10_000)
+        first_page = page.locator("#history tbody tr[data-occurrence]").first.get_attribute(
+            "data-occurrence")
+        page.get_by_role("button", name="Older").click()
+        page.locator("#history-page", has_text="page 2").wait_for(timeout=10_000)
+        assert page.locator(f'#history tr[data-occurrence="{first_page}"]').count() == 0
+        page.get_by_role("button", name="Newest").click()
+        page.locator("#history-page", has_text="page 1").wait_for(timeout=10_000)
+
+        # Pause from the job page.
+        page.get_by_role("button", name="Pause greet").click()
+        wait_until(lambda: c.get(leader, "/v1/jobs/greet")["paused"], 10, message="paused")
+        page.get_by_role("button", name="Resume greet").wait_for(timeout=10_000)
+
+        # A monthly job in Berlin: within ten fire times the zone changes its offset.
+        page.goto(c.urls[follower] + "/#/jobs/monthly")
+        page.locator("#job-upcoming li").nth(9).wait_for(timeout=10_000)
+        assert all("09:00:00+0" in t for t in page.locator("#job-upcoming li").all_inner_texts())
+        marked = page.locator("#job-upcoming li.dst")
+        assert marked.count() >= 1
+        assert "after a DST change: UTC +0" in marked.first.inner_text()
+
+        # Backfill: the preview lists the instants, the backfill creates exactly those.
+        page.get_by_label("From (UTC)").fill("2026-01-01T00:00:00")
+        page.get_by_label("to (UTC)").fill("2026-03-31T23:59:59")
+        page.get_by_role("button", name="Preview").click()
+        page.get_by_text("3 instants in 2026-01-01").wait_for(timeout=10_000)
+        assert page.locator("#backfill-result li").all_inner_texts() == [
+            "2026-01-01 08:00:00 UTC", "2026-02-01 08:00:00 UTC", "2026-03-01 08:00:00 UTC"]
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="Backfill these instants").click()
+        backfilled = wait_until(lambda: occurrences(c, leader, job_id="monthly", kind="backfill"),
+                                10, message="backfill")
+        assert sorted(o["scheduled_for"] for o in backfilled) == [
+            "2026-01-01T08:00:00Z", "2026-02-01T08:00:00Z", "2026-03-01T08:00:00Z"]
+        page.screenshot(path=str(screenshots / "job-page-dst-backfill.png"), full_page=True)
+
+        # A job that does not exist (or that the token may not see) says so.
+        page.goto(c.urls[follower] + "/#/jobs/nope")
+        page.get_by_text("No job nope").wait_for(timeout=10_000)
+        assert not errors, errors
+    finally:
+        page.close()

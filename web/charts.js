@@ -63,7 +63,7 @@ export function renderHerd(container, herd) {
   if (peak) {
     const i = Math.round((peakMs - startMs) / bucketMs);
     wrap.append(el("span", { class: "peak-label", id: "herd-peak",
-      style: `left:${((i + 0.5) / n) * 100}%` }, `▼ ${fmt(peak.count)} at ${hhmm(peakMs)}`));
+      style: `left:${Math.min(94, Math.max(6, ((i + 0.5) / n) * 100))}%` }, `▼ ${fmt(peak.count)} at ${hhmm(peakMs)}`));
   }
   wrap.append(el("span", { class: "scale-label", "aria-hidden": "true" }, `${fmt(max)}/min`));
   const ticks = [];

@@ -205,22 +205,26 @@ function drawJobs() {
   render("jobs", { jobsData, sort, filter: $("#job-filter").value }, $("#jobs tbody"), renderJobs);
 }
 
+function showSort() {
+  for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+    const on = th.dataset.sort === sort.key;
+    th.setAttribute("aria-sort", on ? (sort.dir > 0 ? "ascending" : "descending") : "none");
+    th.querySelector(".arrow").textContent = on ? (sort.dir > 0 ? " ▲" : " ▼") : "";
+  }
+}
+
 function setupJobsTable() {
   for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
     const key = th.dataset.sort;
-    const button = el("button", { type: "button", class: "sort", "data-key": `sort:${key}`,
+    th.replaceChildren(el("button", { type: "button", class: "sort", "data-key": `sort:${key}`,
       onclick: () => {
         sort.dir = sort.key === key ? -sort.dir : 1;
         sort.key = key;
-        for (const other of document.querySelectorAll("#jobs th[data-sort]")) {
-          other.setAttribute("aria-sort", other.dataset.sort === key
-            ? (sort.dir > 0 ? "ascending" : "descending") : "none");
-        }
+        showSort();
         drawJobs();
-      } }, th.textContent);
-    th.replaceChildren(button);
-    th.setAttribute("aria-sort", key === sort.key ? "ascending" : "none");
+      } }, th.textContent, el("span", { class: "arrow", "aria-hidden": "true" })));
   }
+  showSort();
   $("#job-filter").addEventListener("input", drawJobs);
 }
 

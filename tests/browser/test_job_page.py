@@ -127,3 +127,93 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
         assert not errors, errors
     finally:
         page.close()
+
+
+def alert_by_id(c: LocalCluster, nid: str, alert_id: str) -> dict[str, Any]:
+    found = [a for a in c.get(nid, "/v1/alerts", params={"status": "all"})["alerts"]
+             if a["id"] == alert_id]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_overview_fits_one_screen_for_50_jobs_and_alerts_are_acked_and_resolved(
+        cluster: LocalCluster, browser: Any, screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    jobs = [{"id": f"job-{i:02d}", "schedule": {"cron": f"{i} * * * *"},
+             "target": {"shell": "true"}} for i in range(1, 50)]
+    assert c.post(leader, "/v1/jobs:batchCreate", {"jobs": jobs}).status_code == 200
+    add_job(c, leader, "stuck", cron="* * * * * *", deadline_s=1, queue="unstaffed",
+            tenant="acme")
+    alert = wait_until(lambda: c.get(leader, "/v1/alerts")["alerts"], 20,
+                       message="an alert")[-1]
+    assert c.post(leader, "/v1/jobs/stuck/pause").status_code == 200
+    reader = c.create_token("read", name="page-reader")
+    other = c.create_token("tenant:other", name="other-tenant")
+
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        # Another tenant's token sees neither the job nor its alert.
+        open_page(page, c.urls[leader] + "/", other)
+        page.get_by_text("no jobs yet").wait_for(timeout=15_000)
+        assert "stuck" not in page.locator("#alerts").inner_text()
+
+        # A read token sees the alert; acknowledging it is refused, and nothing changes.
+        open_page(page, c.urls[leader] + "/", reader)
+        page.get_by_role("button", name=f"Acknowledge alert {alert['id']}").click()
+        page.get_by_label(f"Note for acknowledge {alert['id']}").fill("looking")
+        page.get_by_role("button", name="Acknowledge", exact=True).click()
+        page.get_by_text("not allowed to do that (403 forbidden)").wait_for(timeout=10_000)
+        assert alert_by_id(c, leader, alert["id"])["acknowledged"] is None
+
+        open_page(page, c.urls[leader] + "/", c.admin_token)
+        # 50 rows, all on one 1920x1080 screen without scrolling, health and alerts on top.
+        rows = page.locator("#jobs tbody tr")
+        page.locator("#jobs tbody tr th", has_text="job-49").wait_for(timeout=15_000)
+        assert rows.count() == 50
+        page.screenshot(path=str(screenshots / "overview-50-jobs.png"))
+        last = rows.nth(49).bounding_box()
+        assert last is not None and last["y"] + last["height"] <= 1080, last
+        assert page.locator("#health").bounding_box()["y"] < 200
+        assert page.locator("#alerts").bounding_box()["y"] < 300
+
+        # Sorting by a column header, both ways; the filter box narrows the rows.
+        page.get_by_role("button", name="Job", exact=True).click()
+        assert rows.first.locator("th").inner_text().startswith("stuck")
+        page.get_by_role("button", name="Job", exact=True).click()
+        assert rows.first.locator("th").inner_text().startswith("job-01")
+        assert page.locator("#jobs th[aria-sort=ascending]").inner_text().startswith("Job")
+        page.get_by_label("Filter").fill("job-4")
+        assert [t.split()[0] for t in rows.locator("th").all_inner_texts()] == [
+            f"job-{i}" for i in range(40, 50)]
+        assert "(10 of 50 shown)" in page.locator("#jobs-count").inner_text()
+        page.get_by_label("Filter").fill("acme")
+        assert rows.count() == 1 and "stuck" in rows.first.inner_text()
+        page.get_by_label("Filter").fill("")
+
+        # Acknowledge with a note, then resolve with a note: who and both notes are kept.
+        page.get_by_role("button", name=f"Acknowledge alert {alert['id']}").click()
+        note = page.get_by_label(f"Note for acknowledge {alert['id']}")
+        note.fill("on it: the unstaffed queue has no worker")
+        note.press("Enter")
+        acked = wait_until(lambda: alert_by_id(c, leader, alert["id"])["acknowledged"], 10,
+                           message="acknowledged from the page")
+        assert acked["note"] == "on it: the unstaffed queue has no worker"
+        page.locator("#alerts", has_text="open, acknowledged").wait_for(timeout=10_000)
+        assert "acknowledged by " in page.locator("#alerts").inner_text()
+        page.get_by_role("button", name=f"Resolve alert {alert['id']}").click()
+        page.get_by_label(f"Note for resolve {alert['id']}").fill("paused until staffed")
+        page.get_by_role("button", name="Resolve", exact=True).click()
+        wait_until(lambda: alert_by_id(c, leader, alert["id"])["status"] == "resolved", 10,
+                   message="resolved from the page")
+        history = alert_by_id(c, leader, alert["id"])["history"]
+        people = [(h["event"], h["note"]) for h in history if "by" in h]
+        assert people == [("acknowledged", "on it: the unstaffed queue has no worker"),
+                          ("resolved", "paused until staffed")], history
+        page.locator("#alerts", has_text="✓ resolved").wait_for(timeout=10_000)
+        assert "paused until staffed" in page.locator("#alerts").inner_text()
+        assert not errors, errors
+    finally:
+        page.close()

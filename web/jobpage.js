@@ -142,6 +142,9 @@ async function loadAttempts(occId) {
 }
 
 function renderHistory(tbody, { occurrences }) {
+  // New runs redraw the table: an output the reader scrolled stays where it was.
+  const scrolled = new Map([...tbody.querySelectorAll(".attempt")].map((a) =>
+    [a.dataset.attempt, a.querySelector("pre.output").scrollTop]));
   const rows = [];
   for (const o of occurrences) {
     const open = view.expanded.has(o.id);
@@ -163,6 +166,9 @@ function renderHistory(tbody, { occurrences }) {
     }
   }
   fillRows(tbody, rows, "no occurrence matches");
+  for (const a of tbody.querySelectorAll(".attempt")) {
+    if (scrolled.get(a.dataset.attempt)) a.querySelector("pre.output").scrollTop = scrolled.get(a.dataset.attempt);
+  }
   const page = view.cursors.length;
   $("#history-page").textContent = `page ${page}` + (view.nextCursor ? "" : " (oldest)");
   $("#history-older").disabled = !view.nextCursor;

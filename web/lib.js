@@ -96,6 +96,7 @@ export function age(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   const future = seconds < 0;
   const s = Math.abs(seconds);
+  if (s < 1) return "now";
   const text = s < 90 ? `${Math.round(s)} s` : s < 5400 ? `${Math.round(s / 60)} min`
     : s < 172800 ? `${(s / 3600).toFixed(1)} h` : `${Math.round(s / 86400)} d`;
   return future ? `in ${text}` : `${text} ago`;

@@ -10,6 +10,7 @@ import { renderHerd, renderLag } from "./charts.js";
 
 const sort = { key: "id", dir: 1 };
 let jobsData = [];
+let jobsTruncated = false;  // the server lists at most 200 jobs
 const alertForms = new Map();  // alert id -> "ack" | "resolve": its note form is open
 let alertsData = null;
 
@@ -175,8 +176,9 @@ function visibleJobs() {
 
 function renderJobs(tbody) {
   const jobs = visibleJobs();
+  const more = jobsTruncated ? "; more exist, only the first 200 by name are listed" : "";
   $("#jobs-count").textContent = jobs.length === jobsData.length
-    ? `(${jobsData.length})` : `(${jobs.length} of ${jobsData.length} shown)`;
+    ? `(${jobsData.length}${more})` : `(${jobs.length} of ${jobsData.length} shown${more})`;
   const done = () => { forget("jobs"); refreshOverview(); };
   fillRows(tbody, jobs.map((j) => {
     const last = j.last_run;
@@ -202,7 +204,7 @@ function renderJobs(tbody) {
 }
 
 function drawJobs() {
-  render("jobs", { jobsData, sort, filter: $("#job-filter").value }, $("#jobs tbody"), renderJobs);
+  render("jobs", { jobsData, jobsTruncated, sort, filter: $("#job-filter").value }, $("#jobs tbody"), renderJobs);
 }
 
 function showSort() {
@@ -291,6 +293,7 @@ export async function refreshOverview() {
   }
   if (jobs) {
     jobsData = jobs.jobs;
+    jobsTruncated = jobs.truncated;
     drawJobs();
   }
   if (running) render("running", running.attempts, $("#running tbody"), renderRunning);

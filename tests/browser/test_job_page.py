@@ -43,6 +43,10 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
     try:
         # From the overview, by the job's name, on a follower.
         open_page(page, c.urls[follower] + "/", c.admin_token)
+        # The fire-lag chart counts the leases the leader committed (read on a follower).
+        page.locator("#lag-summary", has_text="fires leased; worst minute").wait_for(
+            timeout=15_000)
+        assert page.locator("#lag .p99").count() >= 1
         page.get_by_role("link", name="greet").first.click()
         page.wait_for_url("**/#/jobs/greet")
         page.locator("#job-definition dd", has_text="Europe/Berlin").first.wait_for(
@@ -65,7 +69,8 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
         assert "Exit code\n0" in attempt_box or "Exit code\t0" in attempt_box, attempt_box
         assert page.get_by_role("button", name="Hide attempts of").first.get_attribute(
             "aria-expanded") == "true"
-        output.scroll_into_view_if_needed()
+        page.evaluate("document.querySelector('.attempts-row pre.output')"
+                      ".scrollIntoView({block: 'center'})")
         page.screenshot(path=str(screenshots / "job-page.png"), full_page=False)
 
         # Filter by kind: no manual run yet; "Run now" makes one, and it shows.
@@ -214,6 +219,59 @@ def test_overview_fits_one_screen_for_50_jobs_and_alerts_are_acked_and_resolved(
                           ("resolved", "paused until staffed")], history
         page.locator("#alerts", has_text="✓ resolved").wait_for(timeout=10_000)
         assert "paused until staffed" in page.locator("#alerts").inner_text()
+        assert not errors, errors
+    finally:
+        page.close()
+
+
+def test_herd_chart_shows_a_1000_job_spike_at_midnight_above_10_per_second_jobs(
+        cluster: LocalCluster, browser: Any, screenshots: Path) -> None:
+    c = cluster
+    leader = c.wait_leader()
+    nightly = [{"id": f"nightly-{i:04d}", "schedule": {"cron": "0 0 * * *"},
+                "target": {"shell": "true"}} for i in range(1000)]
+    assert c.post(leader, "/v1/jobs:batchCreate", {"jobs": nightly}).status_code == 200
+    for i in range(10):
+        add_job(c, leader, f"every-second-{i}", cron="* * * * * *", queue="nobody")
+
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        open_page(page, c.urls[leader] + "/", c.admin_token)
+        summary = page.locator("#herd-summary", has_text="1,010 active jobs")
+        summary.wait_for(timeout=30_000)
+        text = summary.inner_text()
+        assert "steady about 600 per minute" in text, text
+        assert "peak 1,600 fires in the minute of 00:00 UTC" in text, text
+        assert "1,000 above the steady level" in text, text
+        assert page.locator("#herd-peak").inner_text() == "▼ 1,600 at 00:00"
+
+        # Exactly one spike minute, midnight, drawn well above the steady band and wide
+        # enough to see (a minute is under a pixel of this chart).
+        spikes = page.locator("#herd .spike")
+        assert spikes.count() == 1
+        spike = spikes.first
+        assert spike.get_attribute("data-minute").endswith("T00:00:00.000Z")
+        assert spike.get_attribute("data-count") == "1600"
+        chart = page.locator("#herd svg").bounding_box()
+        bar = spike.bounding_box()
+        steady = page.locator("#herd .steady").bounding_box()
+        assert chart and bar and steady
+        bottom = chart["y"] + chart["height"]
+        assert bar["height"] > 0.9 * chart["height"], (bar, chart)
+        assert 0.25 * chart["height"] < bottom - steady["y"] < 0.5 * chart["height"], steady
+        x = bar["x"] + bar["width"] / 2
+        top_half = chart["y"] + chart["height"] * 0.3
+        for dx in (-1, 0, 1):  # three pixels wide, above the band: the spike itself
+            hit = page.evaluate("([x, y]) => document.elementFromPoint(x, y).getAttribute"
+                                "('class')", [x + dx, top_half])
+            assert hit == "spike", (dx, hit)
+        label = page.get_by_role("img", name="Fires per 1 minute")
+        assert "steady about 600 per minute, 1 spike minutes" in label.get_attribute("aria-label")
+        assert "more exist" in page.locator("#jobs-count").inner_text()
+        page.locator("#herd").screenshot(path=str(screenshots / "herd-chart.png"))
+        page.screenshot(path=str(screenshots / "overview-herd.png"))
         assert not errors, errors
     finally:
         page.close()

@@ -190,8 +190,9 @@ function renderJobs(tbody) {
       td(last ? el("span", {}, statusBadge(last.status, last.reason), " ",
         el("span", { class: "muted", title: `${last.kind} ${shortTime(last.scheduled_for)}` },
           sinceIso(last.scheduled_for))) : el("span", { class: "muted" }, "never ran")),
-      td(next ? el("span", { title: `${next.local} / ${shortTime(next.utc)}` },
-        sinceIso(next.utc)) : "none"),
+      td(j.paused ? el("span", { class: "muted" }, "paused")
+        : next ? el("span", { title: `${next.local} / ${shortTime(next.utc)}` },
+          sinceIso(next.utc)) : "none"),
       td(el("span", { class: `state state-${j.paused ? "paused" : "active"}` },
         j.paused ? "‖ paused" : "● active"), { "data-job-state": j.id }),
       td(sparkline(j)),

@@ -33,7 +33,7 @@ from raftcron.api.jobs import MAX_BACKFILL, ctx_of, job_detail, path_job_id, vis
 from raftcron.api.status import int_param
 from raftcron.core.backfill import backfill_instants, check_backfill_span
 from raftcron.core.errors import ValidationError
-from raftcron.core.model import Job
+from raftcron.core.model import Job, parse_job
 from raftcron.core.schedule import ScheduleError
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 
@@ -100,7 +100,28 @@ async def job_page(request: Request) -> JSONResponse:
     except ScheduleError as e:
         detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
         detail["upcoming"] = []
+    if any(name in request.query_params for name in PROPOSAL_PARAMS):
+        proposed = proposed_job(job, detail["schedule"], request)
+        detail["proposed"] = {"schedule": proposed.to_api()["schedule"],
+                              "describe": proposed.compiled().describe(),
+                              "upcoming": upcoming_fires(proposed, after_ms, count)}
     return JSONResponse(detail)
+
+
+PROPOSAL_PARAMS = ("cron", "timezone", "dst_gap", "dst_fold")
+
+
+def proposed_job(job: Job, schedule: dict[str, Any], request: Request) -> Job:
+    """`job` with the schedule fields given in the query replaced, validated as a PUT
+    would validate them; a refusal names the query parameter."""
+    changed = {**schedule, **{k: request.query_params[k] for k in PROPOSAL_PARAMS
+                              if k in request.query_params}}
+    try:
+        return parse_job({"id": job.id, "tenant": job.tenant, "schedule": changed,
+                          "target": {"shell": "true"}})
+    except (ValidationError, ScheduleError) as e:
+        field = e.field.removeprefix("schedule.") if e.field else "cron"
+        raise ValidationError(field if field in PROPOSAL_PARAMS else "cron", e.message) from e
 
 
 async def backfill_preview(request: Request) -> JSONResponse:

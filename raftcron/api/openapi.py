@@ -150,7 +150,11 @@ def _spec() -> dict[str, Any]:
                 "One job for its page: schedule in words, next fire times marked where "
                 "the zone's UTC offset changes (DST)",
                 params=[*JOB, _query("fires", {"type": "integer", "minimum": 1, "maximum": 50}),
-                        _query("after", {"type": "string", "format": "date-time"})],
+                        _query("after", {"type": "string", "format": "date-time"}),
+                        # a proposed schedule: its fire times are returned as `proposed`
+                        _query("cron"), _query("timezone"),
+                        _query("dst_gap", {"enum": ["auto", "skip", "shift"]}),
+                        _query("dst_fold", {"enum": ["auto", "once", "both"]})],
                 errors=(400, 404))},
             "/v1/status/jobs/{job_id}/backfill-preview": {"get": _op(
                 "The instants a backfill of [start, end] would create (count, first 50); "

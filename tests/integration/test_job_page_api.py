@@ -200,3 +200,41 @@ async def test_backfill_preview_is_scoped_and_refuses_bad_ranges(
                                  headers=node.auth("ops"),
                                  params={"start": "2026-01-01T00:00:00Z",
                                          "end": "2027-01-01T00:00:00Z"}), "end")
+
+
+async def test_a_proposed_schedule_previews_its_fire_times_and_changes_nothing(
+        api: httpx.AsyncClient, node: Node) -> None:
+    params = {"after": "2026-03-26T12:00:00Z", "fires": 3, "cron": "0 10 * * *",
+              "timezone": "America/New_York"}
+    r = await api.get("/v1/status/jobs/invoices", headers=node.auth("acme-bot"), params=params)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [f["utc"] for f in body["upcoming"]][:1] == ["2026-03-27T01:30:00Z"]
+    proposed = body["proposed"]
+    assert proposed["schedule"]["cron"] == "0 10 * * *"
+    assert proposed["schedule"]["timezone"] == "America/New_York"
+    assert "America/New_York" in proposed["describe"]
+    assert [f["utc"] for f in proposed["upcoming"]] == [
+        "2026-03-26T14:00:00Z", "2026-03-27T14:00:00Z", "2026-03-28T14:00:00Z"]
+    stored = (await api.get("/v1/jobs/invoices", headers=node.auth("ops"))).json()
+    assert stored["schedule"]["cron"] == "30 2 * * *" and stored["version"] == 1
+    assert "proposed" not in (await api.get("/v1/status/jobs/invoices",
+                                            headers=node.auth("ops"))).json()
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"cron": "61 * * * *"}, "cron"), ({"cron": ""}, "cron"), ({"cron": "x" * 300}, "cron"),
+    ({"timezone": "Mars/Olympus"}, "timezone"), ({"dst_gap": "maybe"}, "dst_gap"),
+    ({"dst_fold": "twice"}, "dst_fold"),
+])
+async def test_a_bad_proposed_schedule_is_400_naming_the_parameter(
+        api: httpx.AsyncClient, node: Node, params: dict[str, str], field: str) -> None:
+    assert_invalid(await api.get("/v1/status/jobs/invoices", headers=node.auth("ops"),
+                                 params=params), field)
+
+
+async def test_another_tenant_cannot_preview_a_schedule_of_a_job_it_cannot_see(
+        api: httpx.AsyncClient, node: Node) -> None:
+    r = await api.get("/v1/status/jobs/invoices", headers=node.auth("other-bot"),
+                      params={"cron": "0 10 * * *"})
+    assert r.status_code == 404

@@ -114,7 +114,7 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
         # Backfill: the preview lists the instants, the backfill creates exactly those.
         page.get_by_label("From (UTC)").fill("2026-01-01T00:00:00")
         page.get_by_label("to (UTC)").fill("2026-03-31T23:59:59")
-        page.get_by_role("button", name="Preview").click()
+        page.get_by_role("button", name="Preview backfill").click()
         page.get_by_text("3 instants in 2026-01-01").wait_for(timeout=10_000)
         assert page.locator("#backfill-result li").all_inner_texts() == [
             "2026-01-01 08:00:00 UTC", "2026-02-01 08:00:00 UTC", "2026-03-01 08:00:00 UTC"]
@@ -124,7 +124,29 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
                                 10, message="backfill")
         assert sorted(o["scheduled_for"] for o in backfilled) == [
             "2026-01-01T08:00:00Z", "2026-02-01T08:00:00Z", "2026-03-01T08:00:00Z"]
+        # Edit the schedule: the preview shows both lists; saving needs that preview.
+        page.get_by_label("Cron").fill("0 10 1 * *")
+        page.get_by_role("button", name="Save schedule").wait_for(timeout=5_000)
+        assert page.get_by_role("button", name="Save schedule").is_disabled()
+        page.get_by_role("button", name="Preview schedule").click()
+        proposed = page.locator("#edit-result .compare > div").nth(1)
+        proposed.get_by_text("Proposed: at 10:00 on day 1 of the month").wait_for(timeout=10_000)
+        assert all("10:00:00+0" in t for t in proposed.locator("li").all_inner_texts())
+        assert all("09:00:00+0" in t for t in page.locator(
+            "#edit-result .compare > div").nth(0).locator("li").all_inner_texts())
+        page.get_by_role("button", name="Save schedule").click()
+        saved = wait_until(lambda: (j := c.get(leader, "/v1/jobs/monthly"))["version"] == 2
+                           and j, 10, message="schedule saved")
+        assert saved["schedule"] == {**saved["schedule"], "cron": "0 10 1 * *",
+                                     "timezone": "Europe/Berlin"}
+        assert saved["target"] == {"shell": "true"} and saved["paused"] is False
+        page.locator("#job-upcoming li", has_text="10:00:00+0").first.wait_for(timeout=10_000)
         page.screenshot(path=str(screenshots / "job-page-dst-backfill.png"), full_page=True)
+        # A bad cron is refused in the preview, with the field named, and nothing is saved.
+        page.get_by_label("Cron").fill("61 * * * *")
+        page.get_by_role("button", name="Preview schedule").click()
+        page.get_by_text("Preview refused: cron").wait_for(timeout=10_000)
+        assert page.get_by_role("button", name="Save schedule").is_disabled()
 
         # A job that does not exist (or that the token may not see) says so.
         page.goto(c.urls[follower] + "/#/jobs/nope")

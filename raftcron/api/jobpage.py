@@ -41,6 +41,10 @@ MAX_FIRES = 50
 LAG_MAX_MINUTES = 180
 LAG_MAX_ROWS = 20_000
 PREVIEW_INSTANTS = 50
+# A year before the last instant the API shows (9999-12-31): the fires after it, their
+# zone offsets and local times all stay inside what datetime can hold.
+MAX_AFTER_MS = 253_370_764_799_000  # 9998-12-31T23:59:59Z
+MAX_SHOWN_MS = 253_402_214_399_000  # 9999-12-30T23:59:59Z: local time in any zone is in 9999
 
 
 def _offset(ms: int, tz: ZoneInfo) -> timedelta:
@@ -68,7 +72,7 @@ def upcoming_fires(job: Job, after_ms: int, count: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for _ in range(count):
         nxt = sched.next_after(t)
-        if nxt is None or (end is not None and nxt * 1000 > end):
+        if nxt is None or (end is not None and nxt * 1000 > end) or nxt * 1000 > MAX_SHOWN_MS:
             break
         offset = _offset(nxt * 1000, tz)
         out.append({
@@ -91,6 +95,9 @@ async def job_page(request: Request) -> JSONResponse:
     after_ms = int(time.time() * 1000)
     if "after" in request.query_params:
         after_ms = parse_iso_ms(request.query_params["after"], "after")
+        if not 0 <= after_ms <= MAX_AFTER_MS:
+            raise ValidationError("after", "must be from 1970-01-01T00:00:00Z to "
+                                  "9998-12-31T23:59:59Z")
     detail = await job_detail(ctx, job_id, request)
     row = await ctx.fetchone("SELECT spec FROM jobs WHERE id = ?", (job_id,))
     job = Job.from_spec(json.loads(row[0]))

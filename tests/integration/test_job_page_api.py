@@ -113,6 +113,9 @@ async def test_the_job_page_is_scoped_to_the_callers_tenants(
     ({"fires": "0"}, "fires"), ({"fires": "51"}, "fires"), ({"fires": "x"}, "fires"),
     ({"fires": "-1"}, "fires"), ({"after": "yesterday"}, "after"),
     ({"after": "2026-03-08T07:00:00"}, "after"),
+    # the fuzzer's: the last instant ids can spell, and one past it (year 10000 in UTC)
+    ({"after": "9999-12-31T23:59:59.999Z"}, "after"),
+    ({"after": "9999-12-31T00:00:00-23:59"}, "after"), ({"after": "1969-12-31T23:59:59Z"}, "after"),
 ])
 async def test_bad_job_page_parameters_are_400_naming_the_field(
         api: httpx.AsyncClient, node: Node, params: dict[str, str], field: str) -> None:
@@ -238,3 +241,18 @@ async def test_another_tenant_cannot_preview_a_schedule_of_a_job_it_cannot_see(
     r = await api.get("/v1/status/jobs/invoices", headers=node.auth("other-bot"),
                       params={"cron": "0 10 * * *"})
     assert r.status_code == 404
+
+
+async def test_a_job_starting_at_the_end_of_the_calendar_has_no_fire_time_shown(
+        api: httpx.AsyncClient, node: Node) -> None:
+    spec = parse_job({"id": "last", "tenant": "acme", "target": {"shell": "true"},
+                      "schedule": {"cron": "* * * * *", "timezone": "Pacific/Kiritimati",
+                                   "start_at": "9999-12-31T12:00:00Z"}}).to_spec()
+    assert node.apply(c.PutJob("put-last", node.now, spec, True))["ok"]
+    r = await api.get("/v1/status/jobs/last", headers=node.auth("ops"))
+    assert r.status_code == 200, r.text
+    assert r.json()["upcoming"] == []
+    r = await api.get("/v1/status/jobs/last", headers=node.auth("ops"),
+                      params={"after": "9998-12-31T23:59:59Z", "cron": "0 0 1 1 *"})
+    assert r.status_code == 200, r.text
+    assert r.json()["proposed"]["upcoming"] == []

@@ -10,7 +10,8 @@ first `PREVIEW_INSTANTS`); nothing is written.
 
 `GET /v1/status/fire-lag`: per minute of the last hour(s), p50/p99 of how late scheduled
 occurrences were leased (first attempt's lease time, stamped by the leader in the lease
-command, minus the occurrence's dispatch instant). It is read from the replicated state,
+command, minus the occurrence's dispatch instant; a lease released unacknowledged and
+granted again counts at its latest grant). It is read from the replicated state,
 so every node answers the same and a failover loses nothing; its work is bounded by
 `LAG_MAX_ROWS` (newest instants first; the answer says when older ones were left out).
 """
@@ -195,7 +196,9 @@ async def fire_lag(request: Request) -> JSONResponse:
     start_ms = (now_ms // 60_000 - minutes + 1) * 60_000
     clause, params = tenant_clause(request)
     # Time-led scan of occ_scheduled_time, newest first, then one primary-key lookup per
-    # row for its first attempt (attempt ids are `<occurrence id>~<number>`).
+    # row for its first attempt (attempt ids are `<occurrence id>~<number>`). Minutes are
+    # those of the dispatch instant, which jitter puts up to an hour after the nominal one:
+    # the scan starts an hour early so those are counted too.
     rows = await ctx.fetchall(
         "SELECT o.dispatch_at_ms, a.leased_ms FROM (SELECT id, dispatch_at_ms FROM occurrences "
         "WHERE kind = 'scheduled' AND scheduled_for_ms >= ? AND scheduled_for_ms <= ? "

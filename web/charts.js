@@ -25,9 +25,12 @@ export function spikes(counts) {
   return { steady, found };
 }
 
+// Tick labels centred on their position, except near an edge, where they keep inside.
 function axis(ticks) {
+  const place = (left) => (left < 4 ? "left:0;transform:none"
+    : left > 96 ? "left:auto;right:0;transform:none" : `left:${left}%`);
   return el("div", { class: "chart-axis", "aria-hidden": "true" },
-    ...ticks.map(([left, text]) => el("span", { style: `left:${left}%` }, text)));
+    ...ticks.map(([left, text]) => el("span", { style: place(left) }, text)));
 }
 
 export function renderHerd(container, herd) {
@@ -116,7 +119,7 @@ export function renderLag(container, lag) {
   chart.setAttribute("aria-label", `Fire lag per minute, last ${n} minutes, log scale: ${text}`);
   const wrap = el("div", { class: "chart-wrap" }, chart,
     el("span", { class: "scale-label", "aria-hidden": "true" }, duration(top)));
-  container.replaceChildren(wrap, axis([[0, `−${n} min`], [50, `−${n / 2} min`], [97, "now"]]),
+  container.replaceChildren(wrap, axis([[0, `−${n} min`], [50, `−${n / 2} min`], [100, "now"]]),
     el("p", { class: "legend-line", "aria-hidden": "true" },
       el("span", { class: "swatch p50" }), " p50 ", el("span", { class: "swatch p99" }), " p99 (log scale)"));
   $("#lag-summary").textContent = text;

@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from raftcron.api import (
     alerts,
     cluster,
+    jobpage,
     jobs,
     metrics,
     occurrences,
@@ -74,6 +75,10 @@ ROUTES = [
     Route("/v1/alerts/{alert_id:path}/resolve", alerts.resolve_alert, methods=["POST"]),
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
     Route("/v1/status/queues", status.queues_overview, methods=["GET"]),
+    Route("/v1/status/jobs/{job_id}", jobpage.job_page, methods=["GET"]),
+    Route("/v1/status/jobs/{job_id}/backfill-preview", jobpage.backfill_preview,
+          methods=["GET"]),
+    Route("/v1/status/fire-lag", jobpage.fire_lag, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),
     Route("/v1/schedule/herd", status.herd, methods=["GET"]),

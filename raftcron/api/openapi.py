@@ -146,6 +146,29 @@ def _spec() -> dict[str, Any]:
                 "Jobs with schedule in words, next fire times and recent occurrences",
                 params=[_query("timeline", {"type": "integer", "minimum": 1, "maximum": 60})],
                 errors=(400,))},
+            "/v1/status/jobs/{job_id}": {"get": _op(
+                "One job for its page: schedule in words, next fire times marked where "
+                "the zone's UTC offset changes (DST)",
+                params=[*JOB, _query("fires", {"type": "integer", "minimum": 1, "maximum": 50}),
+                        _query("after", {"type": "string", "format": "date-time"}),
+                        # a proposed schedule: its fire times are returned as `proposed`
+                        _query("cron"), _query("timezone"),
+                        _query("dst_gap", {"enum": ["auto", "skip", "shift"]}),
+                        _query("dst_fold", {"enum": ["auto", "once", "both"]})],
+                errors=(400, 404))},
+            "/v1/status/jobs/{job_id}/backfill-preview": {"get": _op(
+                "The instants a backfill of [start, end] would create (count, first 50); "
+                "writes nothing",
+                params=[*JOB, {**_query("start", {"type": "string", "format": "date-time"}),
+                               "required": True},
+                        {**_query("end", {"type": "string", "format": "date-time"}),
+                         "required": True}],
+                errors=(400, 404))},
+            "/v1/status/fire-lag": {"get": _op(
+                "Per minute: p50/p99 of first-lease time minus dispatch instant of "
+                "scheduled occurrences (at most 20,000 newest instants)",
+                params=[_query("minutes", {"type": "integer", "minimum": 1, "maximum": 180})],
+                errors=(400,))},
             "/v1/status/queues": {"get": _op(
                 "Per queue: runs due and not yet leased, and how long the oldest has waited",
                 errors=())},

@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +171,36 @@ def test_leader_sigkill_still_fails_over_through_pre_vote(cluster: LocalCluster)
     line = [ln for ln in log.splitlines() if "starting an election for term" in ln][-1]
     assert "no append_entries from a leader for" in line and "pre-vote granted by" in line
     assert _metric(cluster, new_leader, "raftcron_elections_started_total") >= 1
+
+
+def _as_older_version(c: LocalCluster, nid: str) -> None:
+    """`nid` behaves as a version without pre-vote: it neither announces nor answers it
+    (`preVote = false` in its `[raft]` table, the last table of the generated config)."""
+    path = c.configs[c.ids.index(nid)]
+    path.write_text(path.read_text().rstrip("\n") + "\npreVote = false\n")
+
+
+def test_a_peer_without_pre_vote_does_not_block_the_election(tmp_path: Path) -> None:
+    """Rolling upgrade: the survivors of a leader kill are one node with pre-vote and one
+    without, which never stands itself here (30 s election timeout). The first must win
+    its pre-vote by counting the silent older peer, or nobody would lead for 30 s."""
+    old = "n1"
+    c = LocalCluster(tmp_path)
+    _as_older_version(c, old)
+    c.set_raft_options(old, raftMinTimeout=30.0, raftMaxTimeout=40.0)
+    c.start()
+    try:
+        leader = c.wait_leader(timeout=30)
+        assert leader != old  # it cannot stand within 30 s
+        c.wait_serving()
+        add_job(c, leader, "tick")
+        time.sleep(1.5)
+        survivor = next(n for n in c.ids if n not in (old, leader))
+        c.kill(leader)
+        assert c.wait_leader(timeout=10) == survivor
+        log = (tmp_path / f"{survivor}.log").read_text()
+        line = [ln for ln in log.splitlines() if "starting an election for term" in ln][-1]
+        assert f":{_raft_port(c, old)} (never announced pre-vote" in line, line
+        c.wait_converged()
+    finally:
+        c.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raftcron.cluster import prevote
 from raftcron.cluster.prevote import LogPosition, PreVoteRound, decide
+from raftcron.config import ConfigError, load_config
 
 OWN = LogPosition(term=5, index=100)
 
@@ -92,3 +94,25 @@ def test_a_peer_that_never_announced_pre_vote_counts_as_yes_only_after_the_grace
     # "fresh" may still announce it; "new" did (its silence is a no); "gone" is not
     # connected: it cannot vote at all.
     assert old == {"old"}
+
+
+def _config(tmp_path: Path, raft_table: str) -> str:
+    (tmp_path / "s").write_text("x" * 32)
+    path = tmp_path / "n.toml"
+    path.write_text('node_id = "n1"\ndata_dir = "d"\nraft_addr = "127.0.0.1:1"\n'
+                    'http_port = 2\nsecret_file = "s"\ntokens_file = "t.json"\n'
+                    f'[raft]\n{raft_table}\n')
+    return str(path)
+
+
+def test_pre_vote_is_on_unless_the_config_turns_it_off(tmp_path: Path) -> None:
+    assert "preVote" not in load_config(_config(tmp_path, "")).raft_overrides
+    off = load_config(_config(tmp_path, "preVote = false")).raft_overrides
+    assert off["preVote"] is False
+
+
+@pytest.mark.parametrize("value", ['"no"', "0", '"false"'])
+def test_a_pre_vote_setting_that_is_not_a_boolean_is_a_config_error(
+        tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="raft.preVote"):
+        load_config(_config(tmp_path, f"preVote = {value}"))

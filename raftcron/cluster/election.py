@@ -61,6 +61,7 @@ class ElectionGuard:
         self._round: PreVoteRound | None = None
         self._round_seq = 0
         self._trigger: str | None = None  # why the first round since a leader contact began
+        self._trigger_at = 0.0
         self._speaks_pre_vote: set[Any] = set()
         self._connected_since: dict[Any, float] = {}
         self._last_leader_contact: float | None = None
@@ -70,6 +71,7 @@ class ElectionGuard:
         self._last_stall: tuple[float, float] | None = None  # (when, seconds)
         self._step_down_cause: str | None = None
         self._led_term = 0
+        self._stepped_down_at: float | None = None
 
     # --- hooks into SyncObj -------------------------------------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's
@@ -103,6 +105,7 @@ class ElectionGuard:
             self._led_term = self._SyncObj__raftCurrentTerm
         elif old == _RAFT_STATE.LEADER and newState != _RAFT_STATE.LEADER:
             self.leader_step_downs += 1
+            self._stepped_down_at = raft_clock()
             log.info("stepping down as leader of term %d: %s", self._led_term,
                      self._step_down_cause or self._fallback_cause())
 
@@ -165,6 +168,7 @@ class ElectionGuard:
     def _start_round(self, now: float) -> PreVoteRound:
         if self._trigger is None:
             self._trigger = self._describe_trigger(now)
+            self._trigger_at = now
         self._round_seq += 1
         self.pre_vote_rounds += 1
         r = PreVoteRound(self._round_seq, self._SyncObj__raftCurrentTerm, now)
@@ -245,7 +249,12 @@ class ElectionGuard:
         self._last_stall = (raft_clock(), seconds)
 
     def _describe_trigger(self, now: float) -> str:
-        if self._last_leader_contact is None:
+        led = self._stepped_down_at
+        if led is not None and (self._last_leader_contact is None
+                                or led > self._last_leader_contact):
+            contact = (f"no append_entries from a leader since this node stopped leading "
+                       f"term {self._led_term} {now - led:.2f} s ago")
+        elif self._last_leader_contact is None:
             contact = "no append_entries from a leader since this node started"
         else:
             contact = (f"no append_entries from a leader for "
@@ -269,7 +278,10 @@ class ElectionGuard:
 
     def _log_election(self, now: float, how: str) -> None:
         self.elections_started += 1
-        trigger = self._trigger or self._describe_trigger(now)
+        if self._trigger is None:
+            trigger = self._describe_trigger(now)
+        else:  # described when the first pre-vote round since a leader contact began
+            trigger = f"{self._trigger}; first pre-vote round {now - self._trigger_at:.2f} s ago"
         self._trigger = None
         log.info("starting an election for term %d: %s; %s",
                  self._SyncObj__raftCurrentTerm + 1, trigger, how)

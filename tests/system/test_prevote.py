@@ -97,6 +97,11 @@ def _views(c: LocalCluster) -> dict[str, dict[str, Any]]:
     return views  # type: ignore[return-value]
 
 
+def _views_at_one_term(c: LocalCluster) -> dict[str, dict[str, Any]] | None:
+    views = _views(c)
+    return views if len({v["term"] for v in views.values()}) == 1 else None
+
+
 def _assert_rejoined_without_election(c: LocalCluster, leader: str, follower: str,
                                       before: dict[str, dict[str, Any]]) -> None:
     # Back in step: the follower applies what the leader committed meanwhile.
@@ -157,6 +162,36 @@ def test_follower_paused_for_several_timeouts_rejoins_without_raising_the_term(
     finally:
         cluster.signal(follower, signal.SIGCONT)
     _assert_rejoined_without_election(cluster, leader, follower, before)
+
+
+def test_leader_alone_while_both_followers_are_paused_does_not_inflate_the_term(
+        cluster: LocalCluster) -> None:
+    """Both followers paused for several timeouts: the leader steps down
+    (leaderFallbackTimeout) and then waits without raising its term, as nobody answers
+    its pre-votes. Once they resume, one election settles it, a term or two later (two
+    with a split vote), not one term per election timeout of the pause."""
+    leader, _, before = _start_ticking(cluster)
+    followers = [n for n in cluster.procs if n != leader]
+    step_downs = _metric(cluster, leader, "raftcron_leader_step_downs_total")
+    for nid in followers:
+        cluster.signal(nid, signal.SIGSTOP)
+    try:
+        time.sleep(OUT_S)
+        alone = cluster.cluster_view(leader)
+        assert alone is not None and alone["role"] != "leader", alone
+        assert alone["term"] == before[leader]["term"], alone
+    finally:
+        for nid in followers:
+            cluster.signal(nid, signal.SIGCONT)
+    new_leader = cluster.wait_leader(timeout=15)
+    after = wait_until(lambda: _views_at_one_term(cluster), 10, message="one term")
+    term = after[new_leader]["term"]
+    assert before[leader]["term"] < term <= before[leader]["term"] + 2, (before, after)
+    assert after[new_leader]["epoch"] > before[leader]["epoch"]
+    assert _metric(cluster, leader, "raftcron_leader_step_downs_total") >= (step_downs or 0) + 1
+    log = (cluster.root / f"{leader}.log").read_text()
+    assert "within leaderFallbackTimeout" in log
+    cluster.wait_converged()
 
 
 def test_leader_sigkill_still_fails_over_through_pre_vote(cluster: LocalCluster) -> None:

@@ -72,13 +72,23 @@ class ElectionGuard:
         self._step_down_cause: str | None = None
         self._led_term = 0
         self._stepped_down_at: float | None = None
+        self._gate_failures = 0
 
     # --- hooks into SyncObj -------------------------------------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's
+        deadline = self._SyncObj__raftElectionDeadline
         try:
             self._election_gate()
         except Exception:  # noqa: BLE001 - never stop the Raft thread over this
-            log.exception("election gate failed; this tick follows plain Raft")
+            # Undo what the gate did to the timer, so that pysyncobj decides this tick by
+            # plain Raft: a broken gate must not leave the node unable to stand at all.
+            self._SyncObj__raftElectionDeadline = deadline
+            self._round = None
+            self._gate_failures += 1
+            n = self._gate_failures
+            if n in (1, 10, 100) or n % 1000 == 0:  # not a line per tick
+                log.exception("election gate failed (%d times); such a tick follows "
+                              "plain Raft", n)
         super()._onTick(timeToWait)  # type: ignore[misc]
 
     def _SyncObj__generateRaftTimeout(self) -> float:  # noqa: N802

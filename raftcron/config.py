@@ -256,6 +256,8 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError(f"config {key!r} must be a file path")
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("config needs both 'tls_cert' and 'tls_key' (or neither)")
+    if not isinstance(data.get("raft", {}).get("preVote", True), bool):
+        raise ConfigError("config 'raft.preVote' must be true or false")
     peers = []
     for p in data.get("peers", []):
         if not isinstance(p, dict):

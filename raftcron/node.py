@@ -346,26 +346,32 @@ class Node:
         failing) does not tick; after a few seconds it hands leadership to a peer
         instead of leaving the cluster idle."""
         untrusted_since: float | None = None
+        handing_over = False
         while True:
             await asyncio.sleep(0.5)
             if not self.raft.is_leader() or self.clock_guard.confirmed():
                 untrusted_since = None
+                handing_over = False
                 continue
             if untrusted_since is None:
                 untrusted_since = time.monotonic()
                 log.error("clock not confirmed by a majority (skew %s ms, %d of %d peers "
                           "agree): not ticking", self.clock_guard.skew_ms(),
                           self.clock_guard.agreeing(), len(self.clock_guard.peer_urls))
-            elif time.monotonic() - untrusted_since > 3.0:
+            elif handing_over or time.monotonic() - untrusted_since > 3.0:
                 # Hand over to a peer that answers (a paused peer still accepts TCP and
-                # would swallow the request).
+                # would swallow the request). pysyncobj denies a transfer to a follower
+                # that lacks an entry (a heartbeat in flight, common under load), so it is
+                # asked again every half second until this node no longer leads: with
+                # pre-vote, no stray election deposes a leader that does not tick.
                 alive = self.clock_guard.recently_seen()
                 by_url = {p.http_url: p.raft_addr for p in self.config.peers}
                 target = next((by_url[u] for u in alive if u in by_url), None)
-                log.error("handing leadership over to %s: this node's clock is not confirmed",
-                          target or "any follower")
+                if not handing_over:
+                    log.error("handing leadership over to %s: this node's clock is not "
+                              "confirmed", target or "any follower")
+                handing_over = True
                 self.transfer.request(target)
-                untrusted_since = time.monotonic()
 
     def _duties_exited(self, duties: LeaderDuties, exc: BaseException | None) -> None:
         if self.duties is duties:

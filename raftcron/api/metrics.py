@@ -85,6 +85,22 @@ def _gauge(name: str, doc: str, value: float | None, labels: dict[str, str] | No
     return g
 
 
+def election_counters(raft: Any) -> Iterator[Metric]:
+    """Elections this node started, pre-vote rounds it held, times it stopped leading
+    (cluster.election; the log names the trigger of each)."""
+    for name, attr, doc in (
+            ("raftcron_elections_started", "elections_started",
+             "Elections this node started (term raised), since the process started"),
+            ("raftcron_pre_vote_rounds", "pre_vote_rounds",
+             "Pre-vote rounds this node held before raising its term"),
+            ("raftcron_leader_step_downs", "leader_step_downs",
+             "Times this node stopped being leader (higher term seen or "
+             "leaderFallbackTimeout)")):
+        value = getattr(raft, attr, None)
+        if isinstance(value, int):
+            yield CounterMetricFamily(name, doc, value=value)
+
+
 class StateCollector(Collector):
     """Gauges computed for one scrape from a status snapshot and SQLite counts."""
 
@@ -168,6 +184,7 @@ class StateCollector(Collector):
                      "Webhook deliveries given up (GET /v1/outbox?status=dead)",
                      counts.get("outbox_dead"))
         yield _gauge("raftcron_raft_term", "Raft term", st.get("term"))
+        yield from election_counters(getattr(self.node, "raft", None))
         yield _gauge("raftcron_raft_commit_index", "Raft commit index", st.get("commit_index"))
         yield _gauge("raftcron_raft_applied_index", "Raft last applied index",
                      st.get("raft_last_applied"))

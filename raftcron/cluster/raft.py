@@ -23,6 +23,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.serializer import SERIALIZER_STATE
 
 from raftcron.cluster import durability, membership
+from raftcron.cluster.election import ElectionGuard
 from raftcron.cluster.transport import GuardedTCPTransport, PortLimits
 from raftcron.core.commands import UndecodableCommand
 from raftcron.state.db import ensure_schema, get_meta
@@ -232,8 +233,10 @@ class SnapshotStore:
             return meta
 
 
-class RaftNode(SyncObj):
-    """SyncObj with one replicated method: `submit(command_bytes)`."""
+class RaftNode(ElectionGuard, SyncObj):
+    """SyncObj with one replicated method: `submit(command_bytes)`, and pre-vote
+    (cluster.election). The `[raft]` option `preVote = false` makes the node behave as a
+    version without pre-vote (no rounds, no answers), e.g. to compare or to roll back."""
 
     def __init__(
         self,
@@ -254,6 +257,8 @@ class RaftNode(SyncObj):
         self._apply_lock = apply_lock
         self.on_members_changed: Callable[[], None] | None = None
         self._store = SnapshotStore(machine.conn, apply_lock, db_path)
+        options = {**RAFT_TUNING, **(extra_conf or {})}
+        pre_vote = bool(options.pop("preVote", True))
         conf = SyncObjConf(
             password=password,
             journalFile=os.path.join(data_dir, "raft.journal"),
@@ -261,11 +266,12 @@ class RaftNode(SyncObj):
             serializer=self._store.serialize,
             deserializer=self._store.deserialize,
             serializeChecker=self._store.check,
-            **{**RAFT_TUNING, **(extra_conf or {})},
+            **options,
         )
         if durable:
             durability.install_module_patches()
         self._last_tick = time.monotonic()
+        self._init_election_guard(pre_vote=pre_vote)
         super().__init__(self_addr, peer_addrs, conf, transportClass=GuardedTCPTransport)
         self.addOnTickCallback(self._forgive_stalls)
         # Sync the journal before any message leaves this node (see cluster.durability).
@@ -289,6 +295,7 @@ class RaftNode(SyncObj):
         stall, self._last_tick = now - self._last_tick - NORMAL_TICK_S, now
         if stall < STALL_FORGIVEN_AFTER_S:
             return
+        self.note_stall(stall)
         if stall >= STALL_LOGGED_AFTER_S:
             log.info("Raft thread stalled %.2f s (applying entries, syncing the journal or "
                      "not scheduled); forgiven in the election timers", stall)

@@ -126,7 +126,7 @@ SCHEDULE_OBJECT: dict[str, Any] = {
 SHELL_TARGET = {"type": "object", "required": ["shell"], "additionalProperties": False,
                 "properties": {"shell": {
                     "type": "string", "minLength": 1, "maxLength": model.MAX_SHELL_LEN,
-                    "pattern": r"^[^\u0000]*\S[^\u0000]*$",
+                    "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$",
                     "description": "a command line, run by /bin/sh on the worker"}}}
 HTTP_TARGET = {"type": "object", "required": ["http"], "additionalProperties": False,
                "properties": {"http": {
@@ -441,8 +441,11 @@ def _spec() -> dict[str, Any]:
                 params=[_path("outbox_id", {"type": "integer", "minimum": 0,
                                             "maximum": outbox.MAX_OUTBOX_ID})],
                 body={"type": "object", "additionalProperties": False,
-                      "properties": {"receiver": {"type": "string", "minLength": 1,
-                                                  "maxLength": model.MAX_URL_LEN}}},
+                      "properties": {"receiver": {
+                          "type": ["string", "null"], "minLength": 1,
+                          "maxLength": model.MAX_URL_LEN,
+                          "description": "only the delivery to this receiver (missing or "
+                                         "null: every dead delivery of the row)"}}},
                 body_required=False, errors=(404, *RAFT_WRITE))},
             "/v1/backup": {"get": _op(
                 "A consistent SQLite snapshot of the state (admin)", params=[CONSISTENT],

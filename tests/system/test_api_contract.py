@@ -75,7 +75,10 @@ HERE = Path(__file__).resolve().parent
 # RAFTCRON_CONFORMANCE_SEED replays (or varies) a run.
 CONFORMANCE_MAX_EXAMPLES = int(os.environ.get("RAFTCRON_CONFORMANCE_EXAMPLES", "20"))
 CONFORMANCE_SEED = os.environ.get("RAFTCRON_CONFORMANCE_SEED", "2")
-CONFORMANCE_PARTS = [("coverage,fuzzing", 50), ("stateful", 20)]
+# (phases, seconds, fewest cases that make the part count): the coverage phase alone sends
+# about a thousand; the stateful one, run after it, builds sequences of calls (fewer on a
+# loaded machine) reaching the jobs and tenants that fuzzing created.
+CONFORMANCE_PARTS = [("coverage,fuzzing", 50, 500), ("stateful", 20, 20)]
 CLIENT_TIMEOUT_S = 10  # as a generated client would wait; the long poll is shortened
 
 
@@ -106,13 +109,13 @@ def test_schemathesis_with_every_check_finds_nothing(node: LocalCluster,
     poll, is declared in the schema (`x-long-poll`) and applied by schemathesis_hooks;
     membership changes get invalid requests only (schemathesis.toml)."""
     pytest.importorskip("schemathesis")
-    for phases, max_time_s in CONFORMANCE_PARTS:
+    for phases, max_time_s, fewest in CONFORMANCE_PARTS:
         code, report = _schemathesis(node, tmp_path, phases, max_time_s)
         summary = report[report.rfind("SUMMARY"):] if "SUMMARY" in report else report[-3000:]
         print(f"\nschemathesis {phases} (seed {CONFORMANCE_SEED}):\n{summary}")
         assert code == 0, report[-20_000:]
         cases = re.search(r"\b(\d+) generated, \1 passed", report)
-        assert cases and int(cases.group(1)) > 100, summary
+        assert cases and int(cases.group(1)) >= fewest, summary
         if phases.startswith("coverage"):
             assert "Tested: 44" in report, summary  # every operation of the schema
     # The fuzzing left the node serving (no membership change took its quorum away).

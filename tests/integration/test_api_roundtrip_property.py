@@ -97,8 +97,10 @@ def job_bodies(draw: st.DrawFn) -> dict[str, Any]:
                             "schedule": schedule, "target": target}
     for key in ("misfire_grace_s", "catch_up_max", "max_runtime_s", "max_attempts",
                 "retry_backoff_s", "heartbeat_timeout_s", "deadline_s"):
-        if draw(st.integers(0, 3)) == 0:
-            body[key] = draw(st.one_of(ints, st.none()))
+        if draw(st.integers(0, 3)) == 0:  # null: unset where optional, refused elsewhere
+            nullable = key in ("max_runtime_s", "deadline_s")
+            body[key] = draw(st.one_of(ints, st.none()) if nullable or draw(
+                st.integers(0, 7)) == 0 else ints)
     if draw(st.booleans()):
         body["overlap_policy"] = draw(st.sampled_from(["allow", "forbid", "replace",
                                                        "buffer_one", "never"]))
@@ -167,7 +169,9 @@ def test_the_generator_reaches_both_sides() -> None:
     """The property is not vacuous: the drawn bodies include accepted and refused ones."""
     seen = {"ok": 0, "refused": 0}
 
-    @settings(max_examples=200, deadline=None, database=None)
+    # About one body in ten is accepted (draws cluster: 200 gave 3 to 32): 500 keep the
+    # bound of ten a margin. Parsing only, so it stays fast.
+    @settings(max_examples=500, deadline=None, database=None)
     @given(body=job_bodies())
     def classify(body: dict[str, Any]) -> None:
         try:

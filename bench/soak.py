@@ -204,7 +204,7 @@ def plot(samples: list[Sample], ids: list[str], path: Path, title: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> str:
-    from raftcron.leader.retention import parse_duration
+    from raftcron.core.timefmt import parse_duration
 
     args.retention_s = parse_duration(args.retention) or 0.0
     os.environ["RAFTCRON_RETENTION"] = args.retention

@@ -23,10 +23,12 @@ was in force (creates and acknowledged edits in the history, the final job reads
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
 from chaos.report_model import Report, iso, ts
+from raftcron.core.model import Job
 from raftcron.core.schedule import compile_schedule
 
 # How far past an edit's acknowledgement the old version may still own instants: the
@@ -38,8 +40,13 @@ LOOKAHEAD_S = 1.0
 END_MARGIN_S = 2.0
 STUCK_GRACE_S = 10.0
 SKIP_REASONS = ("misfire", "overlap", "paused", "quota")
-DEFAULTS = {"misfire_policy": "skip", "misfire_grace_s": 60, "catch_up_max": 100,
-            "heartbeat_timeout_s": 30, "retry_backoff_s": 10}
+# A job created without these fields gets the product's defaults (the checker once assumed
+# `skip` while jobs default to `run_once`, and flagged every correct late run as a
+# violation).
+_JOB_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Job)}
+DEFAULTS = {name: _JOB_DEFAULTS[name] for name in (
+    "misfire_policy", "misfire_grace_s", "catch_up_max", "heartbeat_timeout_s",
+    "retry_backoff_s")}
 
 
 def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, dict[int, Any]]:
@@ -115,9 +122,11 @@ def job_policies(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
         if op["f"] == "create" and (op.get("done") or {}).get("type") == "ok":
             out[op["invoke"]["job"]] = {**DEFAULTS, **{k: v for k, v in (
                 op["invoke"].get("spec") or {}).items() if k in DEFAULTS}}
+    # What a node committed is complete (defaults filled in): it wins over the request.
     for node in nodes.values():
         for job in node.get("jobs", []):
-            out.setdefault(job["id"], {**DEFAULTS, **{k: job[k] for k in DEFAULTS if k in job}})
+            out[job["id"]] = {**out.get(job["id"], DEFAULTS),
+                              **{k: job[k] for k in DEFAULTS if k in job}}
     return out
 
 

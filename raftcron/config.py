@@ -8,6 +8,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftcron.core.timefmt import parse_duration
+
 
 class ConfigError(ValueError):
     pass
@@ -184,8 +186,6 @@ def _auth(data: dict[str, Any]) -> tuple[str | None, bool]:
 
 
 def _retention(value: Any) -> str | None:
-    from raftcron.leader.retention import parse_duration
-
     if value is None:
         return None
     try:
@@ -196,8 +196,6 @@ def _retention(value: Any) -> str | None:
 
 
 def _give_up(data: dict[str, Any]) -> tuple[float, int | None]:
-    from raftcron.leader.retention import parse_duration
-
     text = data.get("outbox_give_up", "24h")
     try:
         seconds = parse_duration(text if isinstance(text, str | int | float) else str(text))

@@ -18,7 +18,7 @@ from raftcron.cluster.membership import Member, MembershipError
 from raftcron.cluster.proposer import post_to_loop
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 log = logging.getLogger("raftcron.ops")
 
@@ -45,7 +45,7 @@ def _callback_future(loop: asyncio.AbstractEventLoop
     return fut, done
 
 
-async def _raft_change(node: Node, start: Callable[[Callable[[Any, int], None]], None],
+async def _raft_change(node: NodeView, start: Callable[[Callable[[Any, int], None]], None],
                        what: str, settled: Callable[[], bool]) -> None:
     """Run one pysyncobj membership change until it is committed (or already in place).
 
@@ -73,7 +73,7 @@ async def _raft_change(node: Node, start: Callable[[Callable[[Any, int], None]],
                    f"reason {last}: is there a leader with a majority?")
 
 
-async def _propose_record(node: Node, data: bytes) -> dict[str, Any]:
+async def _propose_record(node: NodeView, data: bytes) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + RAFT_CHANGE_TIMEOUT_S
     while True:
@@ -92,7 +92,7 @@ async def _propose_record(node: Node, data: bytes) -> dict[str, Any]:
         await asyncio.sleep(0.2)
 
 
-def members_view(node: Node) -> dict[str, Any]:
+def members_view(node: NodeView) -> dict[str, Any]:
     """This node's view: the Raft voters it counts, with ids and HTTP URLs."""
     voters = node.raft.other_addrs() | {node.config.raft_addr}
     known = {p.raft_addr: p for p in node.config.peers}
@@ -116,7 +116,7 @@ def members_view(node: Node) -> dict[str, Any]:
     }
 
 
-async def add_member(node: Node, member_id: str, raft_addr: str, http_url: str
+async def add_member(node: NodeView, member_id: str, raft_addr: str, http_url: str
                      ) -> dict[str, Any]:
     """Add a voter (Raft first, then its replicated record). Idempotent."""
     try:
@@ -148,7 +148,7 @@ async def add_member(node: Node, member_id: str, raft_addr: str, http_url: str
     return {**members_view(node), "added": not existed}
 
 
-async def remove_member(node: Node, member_id: str) -> dict[str, Any]:
+async def remove_member(node: NodeView, member_id: str) -> dict[str, Any]:
     """Remove a voter (Raft first, then the tombstone). Idempotent."""
     if member_id == node.config.node_id:
         if node.raft.is_leader():
@@ -173,7 +173,7 @@ async def remove_member(node: Node, member_id: str) -> dict[str, Any]:
     return members_view(node)
 
 
-def take_backup(node: Node) -> tuple[str, backup.BackupInfo]:
+def take_backup(node: NodeView) -> tuple[str, backup.BackupInfo]:
     """Write a consistent copy of this node's state into its data directory (blocking)."""
     path = os.path.join(node.config.data_dir, f".backup-{uuid.uuid4().hex}.db")
     try:

@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from raftcron.api import (
     alerts,
     cluster,
+    jobpage,
     jobs,
     metrics,
     occurrences,
@@ -42,7 +43,7 @@ from raftcron.cluster.peer_tls import peer_tls
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 log = logging.getLogger("raftcron.api")
 # The status page lives in the repository's top-level web/ (no build step); an installed
@@ -75,6 +76,10 @@ ROUTES = [
     Route("/v1/alerts/{alert_id:path}/resolve", alerts.resolve_alert, methods=["POST"]),
     Route("/v1/status/jobs", status.jobs_overview, methods=["GET"]),
     Route("/v1/status/queues", status.queues_overview, methods=["GET"]),
+    Route("/v1/status/jobs/{job_id}", jobpage.job_page, methods=["GET"]),
+    Route("/v1/status/jobs/{job_id}/backfill-preview", jobpage.backfill_preview,
+          methods=["GET"]),
+    Route("/v1/status/fire-lag", jobpage.fire_lag, methods=["GET"]),
     Route("/v1/attempts", status.list_attempts, methods=["GET"]),
     Route("/v1/workers", status.list_workers, methods=["GET"]),
     Route("/v1/schedule/herd", status.herd, methods=["GET"]),
@@ -138,7 +143,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error")
 
 
-def create_app(node: Node) -> Starlette:
+def create_app(node: NodeView) -> Starlette:
     """The API of one node. Raises `raftcron.auth.AuthError` for an unusable tokens file."""
     ctx = ApiContext(node)
     config = node.config

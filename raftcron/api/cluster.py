@@ -16,7 +16,7 @@ from raftcron.state.db import META_LAST_APPLIED, last_applied
 from raftcron.state.digest import digest
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 MAX_READY_LAG = 1000
 PEER_TIMEOUT_S = 1.0
@@ -144,7 +144,7 @@ async def cluster_nodes(request: Request) -> JSONResponse:
                          "nodes": sorted(nodes, key=lambda n: n["node_id"])})
 
 
-def _digest_at_one_index(node: Node) -> tuple[int, str]:
+def _digest_at_one_index(node: NodeView) -> tuple[int, str]:
     """Digest and applied index from one read transaction (a consistent snapshot).
 
     Not under the apply lock on the writer connection: hashing a large state takes

@@ -19,7 +19,7 @@ from raftcron.core.commands import Barrier, Command
 from raftcron.core.errors import ValidationError
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 # `?consistent=`: the spellings of a boolean query parameter.
 CONSISTENT_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
@@ -27,7 +27,7 @@ CONSISTENT_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": 
 
 
 class ApiContext:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeView) -> None:
         self.node = node
         self.db: aiosqlite.Connection | None = None
         # One bulk-create entry in flight per node: pysyncobj applies every committed entry

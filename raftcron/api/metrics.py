@@ -27,7 +27,7 @@ from raftcron.state.backlog import queue_backlog
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_UNACKED_LEASES, get_meta
 
 if TYPE_CHECKING:
-    from raftcron.node import Node
+    from raftcron.node_view import NodeView
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                300.0, 3600.0)
@@ -88,7 +88,7 @@ def _gauge(name: str, doc: str, value: float | None, labels: dict[str, str] | No
 class StateCollector(Collector):
     """Gauges computed for one scrape from a status snapshot and SQLite counts."""
 
-    def __init__(self, node: Node, status: dict[str, Any], tick_ms: int | None) -> None:
+    def __init__(self, node: NodeView, status: dict[str, Any], tick_ms: int | None) -> None:
         self.node = node
         self.status = status
         self.tick_ms = tick_ms
@@ -213,7 +213,7 @@ class StateCollector(Collector):
 async def metrics(request: Request) -> Response:
     from raftcron.api.cluster import cluster_tick
 
-    node: Node = request.app.state.ctx.node
+    node: NodeView = request.app.state.ctx.node
     status = node.status()
     tick = await cluster_tick(request, status)
     registry = CollectorRegistry()

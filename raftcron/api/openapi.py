@@ -22,7 +22,7 @@ import re
 import zoneinfo
 from typing import Any
 
-from raftcron.api import alerts, jobs, occurrences, outbox, status, tenants, workers
+from raftcron.api import alerts, jobpage, jobs, occurrences, outbox, status, tenants, workers
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
 from raftcron.core import model
@@ -72,11 +72,16 @@ JOB_ID = {"type": "string", "pattern": _anchored(model.JOB_ID_RE)}
 NAME = {"type": "string", "pattern": _anchored(model.NAME_RE)}
 # An instant between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z (in UTC) with an
 # offset or Z; the pattern states the year range and the offset, the rest is date-time.
+_AFTER_THE_YEAR = r"-[0-9]{2}-[0-9]{2}[Tt ][0-9:.]+([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 INSTANT = {"type": "string", "format": "date-time", "maxLength": 64,
-           "pattern": r"^(19[7-9][0-9]|[2-9][0-9]{3})-[0-9]{2}-[0-9]{2}[Tt ][0-9:.]+"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})$",
+           "pattern": r"^(19[7-9][0-9]|[2-9][0-9]{3})" + _AFTER_THE_YEAR,
            "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z to "
                           "9999-12-31T23:59:59.999Z in UTC; no leap second"}
+# `after` of the job page: up to 9998-12-31T23:59:59Z (its fire times stay in 9999).
+INSTANT_TO_9998 = {**INSTANT, "pattern": r"^(19[7-9][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|"
+                                         r"99[0-8][0-9]|999[0-8])" + _AFTER_THE_YEAR,
+                   "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z "
+                                  "to 9998-12-31T23:59:59Z in UTC"}
 HTTP_URL = {"type": "string", "maxLength": model.MAX_URL_LEN,
             "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\[\]\s]+([/?#][\s\S]*)?$"}
 SECRET_REF = {"type": "object", "required": ["secret"], "additionalProperties": False,
@@ -360,6 +365,29 @@ def _spec() -> dict[str, Any]:
                 "Jobs with schedule in words, next fire times and recent occurrences",
                 params=[_query("timeline", {"type": "integer", "minimum": 1,
                                             "maximum": status.TIMELINE_MAX})])},
+            "/v1/status/jobs/{job_id}": {"get": _op(
+                "One job for its page: schedule in words, next fire times marked where "
+                "the zone's UTC offset changes (DST); cron, timezone, dst_gap or dst_fold "
+                "propose a schedule (validated as a PUT, nothing written) whose fire times "
+                "come back as `proposed`",
+                params=[*JOB, _query("fires", {"type": "integer", "minimum": 1,
+                                               "maximum": jobpage.MAX_FIRES}),
+                        _query("after", INSTANT_TO_9998), _query("cron", CRON),
+                        _query("timezone", TIMEZONE),
+                        _query("dst_gap", {"enum": ["auto", "skip", "shift"]}),
+                        _query("dst_fold", {"enum": ["auto", "once", "both"]})],
+                errors=(404,))},
+            "/v1/status/jobs/{job_id}/backfill-preview": {"get": _op(
+                "The instants a backfill of [start, end] would create (count, first 50; "
+                "end not before start, at most ten years); writes nothing",
+                params=[*JOB, {**_query("start", INSTANT), "required": True},
+                        {**_query("end", INSTANT), "required": True}],
+                errors=(404,))},
+            "/v1/status/fire-lag": {"get": _op(
+                "Per minute: p50/p99 of first-lease time minus dispatch instant of "
+                "scheduled occurrences (at most 20,000 newest instants)",
+                params=[_query("minutes", {"type": "integer", "minimum": 1,
+                                           "maximum": jobpage.LAG_MAX_MINUTES})])},
             "/v1/status/queues": {"get": _op(
                 "Per queue: runs due and not yet leased, and how long the oldest has waited")},
             "/v1/attempts": {"get": _op("Running (or pending) attempts with heartbeat age",

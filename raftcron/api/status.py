@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_left
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -15,7 +18,7 @@ from raftcron.api.heavy import heavy_reads
 from raftcron.api.jobs import MAX_PAGE, ctx_of, next_fire_times
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
-from raftcron.core.schedule import ScheduleError
+from raftcron.core.schedule import CronSchedule, ScheduleError
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state.backlog import backlog_queries, combine
 from raftcron.state.queries import JOB_SELECT, job_to_api, occurrence_to_api, recent_occurrences
@@ -104,12 +107,38 @@ async def list_workers(request: Request) -> JSONResponse:
     } for r in rows]})
 
 
+def _steady_around(tz: ZoneInfo, minute_s: int) -> bool:
+    """Whether `tz` keeps one UTC offset for 3 h either side of `minute_s`: no DST gap or
+    fold can then split, move or repeat any second of that minute."""
+    offsets = {datetime.fromtimestamp(minute_s + d, tz=tz).utcoffset()
+               for d in (-10_800, 0, 60, 10_800)}
+    return len(offsets) == 1 and all(o is not None and o.seconds % 60 == 0 for o in offsets)
+
+
+def _fires_rest_of_minute(sched: CronSchedule, tz: ZoneInfo, job: Job, first: int) -> int:
+    """How many fire instants the minute of `first` holds from `first` on, counted from
+    the seconds field without stepping through them; 0 when that is not certain (a DST
+    transition near, a start/end bound inside the minute, no seconds field): the caller
+    then steps through the minute's instants one by one."""
+    minute = first - first % 60
+    if not sched.has_seconds or not _steady_around(tz, minute):
+        return 0
+    s = job.schedule
+    if (s.start_at_ms is not None and s.start_at_ms > minute * 1000) or (
+            s.end_at_ms is not None and s.end_at_ms < (minute + 59) * 1000):
+        return 0
+    seconds = sched.seconds_field()
+    return len(seconds) - bisect_left(seconds, first - minute)
+
+
 def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
                  cap: int = HERD_MAX_INSTANTS) -> dict[str, Any]:
     """Count fire instants per bucket over [start, start + hours). Work is capped at `cap`
     schedule steps in total (counted or not: an instant before a job's `start_at` costs
-    as much as one in the window); the answer says when it was truncated. A bucket size
-    that does not divide the window leaves the last bucket shorter."""
+    as much as one in the window); the answer says when it was truncated. A job firing
+    several times a minute costs one step per minute, not per instant (whole-minute
+    buckets, away from DST transitions and bounds; see _fires_rest_of_minute). A bucket
+    size that does not divide the window leaves the last bucket shorter."""
     buckets = -(-hours * 3600 // bucket_s)
     counts = [0] * buckets
     end_s = start_ms // 1000 + hours * 3600
@@ -117,12 +146,14 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     seen = 0
     truncated = False
     counted_jobs = 0
+    whole_minutes = bucket_s % 60 == 0 and start_s % 60 == 0
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
         try:
             sched = job.compiled()
         except ScheduleError:
             continue
+        tz = ZoneInfo(job.schedule.timezone)
         counted_jobs += 1
         t = start_s - 1
         while True:
@@ -139,7 +170,10 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
                 break
             if job.schedule.start_at_ms is not None and ms < job.schedule.start_at_ms:
                 continue
-            counts[(nxt - start_s) // bucket_s] += 1
+            rest = _fires_rest_of_minute(sched, tz, job, nxt) if whole_minutes else 0
+            counts[(nxt - start_s) // bucket_s] += rest or 1
+            if rest:
+                t = nxt - nxt % 60 + 59
         if truncated:
             break
     peak = max(range(buckets), key=counts.__getitem__) if any(counts) else None

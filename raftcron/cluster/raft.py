@@ -299,6 +299,37 @@ class RaftNode(SyncObj):
         else:
             self._SyncObj__raftElectionDeadline += stall
 
+    def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False,  # noqa: N802
+                                  nextNodeIdx: int | None = None,  # noqa: N803
+                                  success: bool = False) -> None:
+        """Answer a refused append with an index the leader can converge on.
+
+        pysyncobj's follower answers a refused append (its entry at `prevLogIdx` has
+        another term, or it has no entry there) with `prevLogIdx`, or with its own last
+        index + 1. Its leader sends the whole log tail every heartbeat, in several
+        messages, and takes the *last* answer as the next index. A follower holding
+        entries of a dead term (a leader cut off while it still appended) is then told
+        "my last + 1" by the later messages after "prevLogIdx" by the first: the leader
+        never goes below the follower's stale tail, and the follower stays stuck at its
+        commit index until the leader compacts its log and sends a snapshot (minutes;
+        a chaos run saw 6 min, during which one more fault left no majority).
+
+        Every entry up to the follower's commit index is committed, so the leader has the
+        same entries there (Raft's log matching): answering commit index + 1 to every
+        refused append is always a point the leader can resume from, and every refused
+        message of one round gives the same answer. Acknowledgements and snapshot
+        transmissions (reset False) are left as they are."""
+        if reset and not success:
+            committed = min(self._SyncObj__raftCommitIndex, self.last_log_index())
+            fallback = committed + 1
+            nextNodeIdx = fallback if nextNodeIdx is None else min(nextNodeIdx, fallback)
+        SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx,
+                                          success=success)
+
+    def last_log_index(self) -> int:
+        """The index of the newest entry in this node's log, committed or not."""
+        return int(self._SyncObj__getCurrentLogIndex())
+
     @replicated
     def submit(self, data: bytes) -> dict[str, Any]:
         # The entry being applied is raftLastApplied + 1 (never read the term here:

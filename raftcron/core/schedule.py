@@ -635,6 +635,10 @@ class CronSchedule:
             prev = nxt
             u, off = nxt[0], nxt[2]
 
+    def seconds_field(self) -> tuple[int, ...]:
+        """The seconds (0-59, ascending) a matching minute fires at."""
+        return self._fields.seconds
+
     def iter_between(self, after: int, until: int) -> Iterator[int]:
         """Fire instants ``t`` with ``after < t <= until``, strictly ascending."""
         t = self.next_after(after)

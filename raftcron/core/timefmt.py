@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -67,3 +68,25 @@ def clamp_accepted(ms: int | None) -> int | None:
     if ms is None:
         return None
     return min(max(ms, ACCEPTED_MIN_MS), ACCEPTED_MAX_MS)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_duration(text: str | float | int) -> float | None:
+    """`7d`, `12h`, `30m`, `90s`, `2w` or seconds as a number; `off` (or 0) disables."""
+    if isinstance(text, bool):
+        raise ValueError("retention must be a duration such as 7d, 12h or 90s")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        if text.strip().lower() in ("off", "none", "never"):
+            return None
+        match = _DURATION.match(text.lower())
+        if not match:
+            raise ValueError(f"retention {text!r} is not a duration such as 7d, 12h or 90s")
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if seconds < 0:
+        raise ValueError("retention cannot be negative")
+    return seconds or None

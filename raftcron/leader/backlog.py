@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
-from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.leader.alert_commands import propose_alert_change
+from raftcron.leader.ticker import now_ms
 from raftcron.state.backlog import QueueBacklog, queue_backlog
 from raftcron.state.db import ThreadReader
 
@@ -104,15 +105,10 @@ class BacklogAlerts:
         return queue_backlog(conn, now), {r[0] for r in conn.execute(OPEN_SQL)}
 
     async def _propose(self, cmd: Command) -> None:
-        result = await self.proposer.propose_leader(cmd)
-        if not result.get("ok"):
-            if result.get("rejected") == "stale_epoch":
-                raise LostEpoch(result.get("message", ""))
-            log.info("backlog command %s refused: %s", cmd.TYPE, result.get("message"))
-            return
-        if isinstance(cmd, RaiseAlert) and result.get("raised"):
+        change = await propose_alert_change(self.proposer, cmd, "backlog")
+        if change == "raised" and isinstance(cmd, RaiseAlert):
             self.raised += 1
             log.warning("backlog alert %s: %s", cmd.alert_id, cmd.message)
-        elif isinstance(cmd, ResolveAlert) and result.get("resolved"):
+        elif change == "resolved" and isinstance(cmd, ResolveAlert):
             self.resolved += 1
             log.info("backlog alert %s resolved: %s", cmd.alert_id, cmd.message)

@@ -37,7 +37,8 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
 from raftcron.core.identity import job_scheduled_occurrences_after, scheduled_occurrence_id
 from raftcron.core.model import Job
-from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.leader.alert_commands import propose_alert_change
+from raftcron.leader.ticker import now_ms
 from raftcron.state.db import ThreadReader
 
 log = logging.getLogger("raftcron.deadlines")
@@ -149,16 +150,11 @@ class Deadlines:
         self.cursor.update(cursors)
 
     async def _propose(self, cmd: Command) -> None:
-        result = await self.proposer.propose_leader(cmd)
-        if not result.get("ok"):
-            if result.get("rejected") == "stale_epoch":
-                raise LostEpoch(result.get("message", ""))
-            log.info("deadline command %s refused: %s", cmd.TYPE, result.get("message"))
-            return
-        if isinstance(cmd, RaiseAlert) and result.get("raised"):
+        change = await propose_alert_change(self.proposer, cmd, "deadline")
+        if change == "raised" and isinstance(cmd, RaiseAlert):
             self.raised += 1
             log.warning("deadline alert %s: %s (%s)", cmd.alert_id, cmd.reason, cmd.message)
-        elif isinstance(cmd, ResolveAlert) and result.get("resolved"):
+        elif change == "resolved":
             self.resolved += 1
 
     # --- planning (reader thread) ----------------------------------------------------------

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import sqlite3
 import uuid
 from collections.abc import Callable
 
 from raftcron.cluster.proposer import ProposalError, Proposer
 from raftcron.core.commands import Prune
+from raftcron.core.timefmt import parse_duration  # noqa: F401 (its home before core)
 from raftcron.leader.ticker import now_ms
 
 log = logging.getLogger("raftcron.retention")
@@ -34,28 +34,6 @@ DEFAULT_RETENTION_S = 7 * 86400.0
 # heartbeats: 1,000 per batch once a minute cost an election every minute of a soak.
 DEFAULT_BATCH = 250
 BATCH_PAUSE_S = 0.2
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-
-
-def parse_duration(text: str | float | int) -> float | None:
-    """`7d`, `12h`, `30m`, `90s`, `2w` or seconds as a number; `off` (or 0) disables."""
-    if isinstance(text, bool):
-        raise ValueError("retention must be a duration such as 7d, 12h or 90s")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        if text.strip().lower() in ("off", "none", "never"):
-            return None
-        match = _DURATION.match(text.lower())
-        if not match:
-            raise ValueError(f"retention {text!r} is not a duration such as 7d, 12h or 90s")
-        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if seconds < 0:
-        raise ValueError("retention cannot be negative")
-    return seconds or None
-
-
 def default_period(retention_s: float) -> float:
     """How often to look: a quarter of the retention, between 0.5 s and 10 s (short rounds:
     a busy cluster finishes runs at hundreds per second, and the pruning should trickle

@@ -34,8 +34,10 @@ log = logging.getLogger("raftcron.machine")
 def _begin_epoch(ctx: ApplyContext, cmd: c.BeginEpoch) -> dict[str, Any]:
     current = ctx.meta(META_EPOCH)
     if cmd.term <= current:
+        # `clock_ms` too: a leader that proposed its begin_epoch twice (the first timed
+        # out, then committed) takes this answer to its second one as "begun".
         return rejected(errors.STALE_EPOCH, f"epoch {cmd.term} is not newer than {current}",
-                        epoch=current)
+                        epoch=current, clock_ms=ctx.meta(META_CLOCK))
     ctx.set_meta(META_EPOCH, cmd.term)
     ctx.set_meta(META_FENCING_SEQ, 0)
     ctx.conn.execute(

@@ -102,16 +102,18 @@ def test_page_actions_live_updates_and_accessibility(cluster: LocalCluster, brow
         wait_until(lambda: not job(c, leader, "every5s")["paused"], 10,
                    message="keyboard resume")
 
-        # Live updates without reload: the timeline shows runs and skips with text labels.
-        page.locator("#timeline .occ.status-succeeded").first.wait_for(timeout=20_000)
-        page.locator("#timeline .occ.status-skipped").first.wait_for(timeout=20_000)
-        timeline = page.locator("#timeline").inner_text()
-        assert "skipped" in timeline and "overlap" in timeline
+        # Live updates without reload: each job's sparkline shows runs and skips, and says
+        # so in words (its label).
+        page.locator("#jobs .spark .occ.status-succeeded").first.wait_for(timeout=20_000)
+        page.locator("#jobs .spark .occ.status-skipped").first.wait_for(timeout=20_000)
+        slow = page.locator('#jobs .spark[role=img][aria-label*=" of slow,"]')
+        wait_until(lambda: "skipped (overlap)" in (slow.get_attribute("aria-label") or ""), 20,
+                   message="an overlap skip in the sparkline of slow")
         assert "⚠ open" in page.locator("#alerts").inner_text()
         assert "missed" in page.locator("#alerts").inner_text()
         page.locator("#running tbody tr td", has_text="slow").first.wait_for(timeout=15_000)
         assert "w1" in page.locator("#workers").inner_text()
-        page.get_by_text("occurrences over the next 24 h").wait_for(timeout=15_000)
+        page.locator("#herd-summary", has_text="active jobs").wait_for(timeout=15_000)
         assert page.locator("#herd svg[role=img]").get_attribute("aria-label")
         assert "Ready" in page.locator("#health").inner_text()
         assert not errors, errors

@@ -742,3 +742,19 @@ def test_edit_with_a_lost_answer_is_known_from_its_body() -> None:
 def test_two_lost_edits_that_disagree_leave_the_version_unknown() -> None:
     run = unknown_edit_run("*/3 * * * * *", "*/2 * * * * *")
     assert "version_unknown" in check(run)["violations"]
+
+
+@pytest.mark.parametrize(("fired", "ok"), [({T0 + 26}, True), (set(), False)])
+def test_a_job_created_without_a_misfire_policy_is_checked_against_the_products_default(
+        fired: set[int], ok: bool) -> None:
+    """Jobs default to run_once: the latest missed instant fires. The checker once took
+    `skip` as the default and called 576 correct late runs of a chaos run violations."""
+    run = outage("run_once", fired)
+    for h in run["history"]:
+        if h.get("f") == "create":
+            h["spec"] = {k: v for k, v in h["spec"].items() if k != "misfire_policy"}
+    for node in run["final"]["nodes"].values():
+        for job in node.get("jobs", []):
+            job.pop("misfire_policy", None)
+    v = check(run)["violations"]
+    assert ("misfire_policy" not in v) is ok, v.get("misfire_policy")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -49,10 +49,13 @@ def sleep_until_past(instant: int) -> None:
 
 
 @contextmanager
-def serving_cluster(root: Path) -> Iterator[LocalCluster]:
+def serving_cluster(root: Path, configure: Callable[[LocalCluster], None] | None = None,
+                    ) -> Iterator[LocalCluster]:
     """A started three-node cluster with a leader and every node answering HTTP; closed
-    on exit."""
+    on exit. `configure` edits the cluster (e.g. its Raft options) before it starts."""
     c = LocalCluster(root)
+    if configure is not None:
+        configure(c)
     c.start()
     try:
         c.wait_leader(timeout=30)

@@ -81,6 +81,8 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: Any) -> None:
     """Every phase sends through here (filters and maps apply to some phases only)."""
+    if case.operation.path.endswith("/backfill-preview") and isinstance(case.query, dict):
+        _keep_ranges_ordered("/backfill", case.query)
     body = case.body
     if not isinstance(body, dict):
         return

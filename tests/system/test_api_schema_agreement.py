@@ -100,9 +100,14 @@ BASES: dict[tuple[str, str], tuple[dict[str, str], Any]] = {
         "worker_id": "w", "fencing_token": 1}),
     ("POST", "/v1/attempts/{attempt_id}/complete"): ({"attempt_id": "a-1"}, lambda: {
         "worker_id": "w", "fencing_token": 1, "outcome": "failed"}),
+    ("GET", "/v1/status/jobs/{job_id}"): ({"job_id": "agree"}, None),
+    ("GET", "/v1/status/jobs/{job_id}/backfill-preview"): ({"job_id": "agree"}, None),
     ("POST", "/v1/cluster/members"): ({}, lambda: {
         "id": "n9", "raft_addr": "127.0.0.1:1", "http_url": "http://127.0.0.1:1"}),
 }
+# Query parameters an operation needs besides the one a case varies.
+BASE_QUERY = {("GET", "/v1/status/jobs/{job_id}/backfill-preview"): {
+    "start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}}
 # Path parameters of the other operations: a value that passes validation.
 PATH_VALUES = {"job_id": "absent.job-1", "name": "absent", "occurrence_id": "absent",
                "member_id": "absent", "alert_id": "none:x", "outbox_id": "1",
@@ -134,6 +139,8 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
     "end_at": ([*INSTANTS[0][:2], None], INSTANTS[1]),
     "start": (["2026-01-01T00:00:00Z", "2026-01-01T12:30:00.250+02:00"], INSTANTS[1]),
     "end": (["2026-01-02T00:00:00Z", "2026-01-01T02:00:00+01:00"], INSTANTS[1]),
+    "after": (INSTANTS[0][:2] + ["9998-12-31T23:59:59Z"],
+              INSTANTS[1][:4] + ["9999-06-01T00:00:00Z"]),
     "since": INSTANTS,
     "until": INSTANTS,
     "target": ([{"shell": "echo hi"}, {"http": {"url": "https://ex.test/h"}}],
@@ -380,7 +387,7 @@ def request_of(spec: dict[str, Any], case: Case) -> tuple[bool, dict[str, Any], 
     path_values, make_body = BASES.get((case.method, case.path), ({}, None))
     params = {p["name"]: path_values.get(p["name"], PATH_VALUES.get(p["name"]))
               for p in op.get("parameters", []) if p["in"] == "path"}
-    query: dict[str, str] = {}
+    query: dict[str, str] = dict(BASE_QUERY.get((case.method, case.path), {}))
     kwargs: dict[str, Any] = {}
     body_schema = op.get("requestBody", {}).get("content", {}).get("application/json")
     body = make_body() if make_body is not None else None

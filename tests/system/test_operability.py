@@ -24,6 +24,14 @@ pytestmark = pytest.mark.system
 HOOK_SECRET = "webhook-secret-for-tests-0123456789"
 
 
+class _Server(ThreadingHTTPServer):
+    # The outbox sends up to 16 requests at once per receiver: with the default listen
+    # backlog of 5, a loaded machine dropped connection attempts, the sender timed out,
+    # and a test counted 147 of 150 deliveries.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class Receiver:
     """A tiny HTTP server on 127.0.0.1 that records every request it gets."""
 
@@ -53,7 +61,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -245,6 +245,7 @@ def test_a_leader_begins_no_epoch_before_its_clock_is_confirmed() -> None:
                            _beginning=7, proposer=_Proposer(),
                            config=SimpleNamespace(node_id="n1"))
     node._wait_clock_confirmed = lambda term: Node._wait_clock_confirmed(node, term)
+    node._commit_begin_epoch = lambda term: Node._commit_begin_epoch(node, term)
 
     async def scenario() -> None:
         task = asyncio.ensure_future(Node._begin_epoch(node, 7))  # type: ignore[arg-type]
@@ -292,3 +293,55 @@ def test_a_hanging_peer_does_not_delay_the_others_probes() -> None:
     asyncio.run(scenario())
     assert answered.count("ok") >= 3, answered
     assert set(g.samples) == {"http://ok"} and g.confirmed()
+
+
+def _begin_epoch_node(proposer: object) -> SimpleNamespace:
+    from raftcron.node import Node
+
+    node = SimpleNamespace(clock_guard=_Guard(), _role=(True, 7), stopping=False,
+                           proposer=proposer, config=SimpleNamespace(node_id="n1"))
+    node.clock_guard.ok = True
+    node._wait_clock_confirmed = lambda term: Node._wait_clock_confirmed(node, term)
+    return node
+
+
+def test_a_timed_out_begin_epoch_is_proposed_again_until_known() -> None:
+    """The first proposal timed out but committed: the second is refused as not newer,
+    with this term as the epoch, and the node takes that as begun (it used to give up,
+    leaving a leader without duties until the next election)."""
+    from raftcron.cluster.proposer import UNKNOWN_OUTCOME, ProposalError
+    from raftcron.node import Node
+
+    proposed: list[object] = []
+
+    class _Proposer:
+        async def propose_leader(self, cmd: object) -> dict:
+            proposed.append(cmd)
+            if len(proposed) == 1:
+                raise ProposalError(UNKNOWN_OUTCOME, "leader command timed out",
+                                    maybe_applied=True)
+            return {"ok": False, "rejected": "stale_epoch", "epoch": 7, "clock_ms": 5}
+
+    node = _begin_epoch_node(_Proposer())
+    result = asyncio.run(Node._commit_begin_epoch(node, 7))  # type: ignore[arg-type]
+    assert result == {"ok": False, "rejected": "stale_epoch", "epoch": 7, "clock_ms": 5}
+    assert [type(p).__name__ for p in proposed] == ["BeginEpoch", "BeginEpoch"]
+
+
+def test_begin_epoch_retries_stop_when_leadership_moves_on() -> None:
+    from raftcron.cluster.proposer import UNKNOWN_OUTCOME, ProposalError
+    from raftcron.node import Node
+
+    calls = 0
+
+    class _Proposer:
+        async def propose_leader(self, cmd: object) -> dict:
+            nonlocal calls
+            calls += 1
+            node._role = (False, 8)  # a newer term while this one was in flight
+            raise ProposalError(UNKNOWN_OUTCOME, "leader command timed out",
+                                maybe_applied=True)
+
+    node = _begin_epoch_node(_Proposer())
+    assert asyncio.run(Node._commit_begin_epoch(node, 7)) is None  # type: ignore[arg-type]
+    assert calls == 1

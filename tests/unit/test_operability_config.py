@@ -77,8 +77,10 @@ def test_herd_counts_per_minute_and_caps_work() -> None:
     assert len(herd["counts"]) == 1440 and herd["total"] == 96 + 24
     assert herd["counts"][0] == 2 and herd["counts"][15] == 1 and herd["counts"][1] == 0
     assert herd["peak"] == {"at": "2026-01-01T00:00:00Z", "count": 2}
+    # A per-second job costs one step per minute (its 60 instants are counted at once):
+    # a cap of 1,000 steps stops it after 1,000 of the day's 1,440 minutes.
     capped = compute_herd([spec("s", "* * * * * *")], T0, 24, 60, cap=1000)
-    assert capped["truncated"] and capped["total"] == 1000
+    assert capped["truncated"] and capped["total"] == 1000 * 60
 
 
 def test_outbox_give_up_defaults_to_a_day_and_takes_a_duration(tmp_path: Path) -> None:

@@ -316,6 +316,18 @@ async def test_leasing_backs_off_and_recovers_when_cluster_unavailable() -> None
     assert cluster.completed["att-1"]["outcome"] == "succeeded"
 
 
+def test_no_wait_between_tries_exceeds_two_seconds_by_default() -> None:
+    """A long outage must not leave a worker asleep after the cluster is back: each wait
+    is capped (30 s used to strand runs for that long after a failover)."""
+    from raftcron.worker.runner import Backoff
+
+    opts = WorkerOptions()
+    backoff = Backoff(opts.backoff_initial_s, opts.backoff_cap_s)
+    waits = [backoff.next() for _ in range(50)] + [backoff.next(retry_after=120)]
+    assert max(waits) <= 2.0
+    assert waits[0] < 1.0  # the first retry still comes quickly
+
+
 def refuse_leases(cluster: FakeCluster, times: int, status: int = 401) -> list[int]:
     """The next `times` lease requests are refused with `status`; then leases as usual.
     Returns the list the refusals are counted in."""

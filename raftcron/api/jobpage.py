@@ -1,0 +1,215 @@
+"""Read models for the job page and the fire-lag chart of the status page.
+
+`GET /v1/status/jobs/{job_id}`: one job as the page shows it (the job as `GET /v1/jobs`
+shows it, its schedule in words, and the next fire times marked where the job's zone
+changes its UTC offset between two of them).
+
+`GET /v1/status/jobs/{job_id}/backfill-preview?start=&end=`: the instants a backfill of
+that range would create, listed by the same function the backfill uses (count and the
+first `PREVIEW_INSTANTS`); nothing is written.
+
+`GET /v1/status/fire-lag`: per minute of the last hour(s), p50/p99 of how late scheduled
+occurrences were leased (first attempt's lease time, stamped by the leader in the lease
+command, minus the occurrence's dispatch instant; a lease released unacknowledged and
+granted again counts at its latest grant). It is read from the replicated state,
+so every node answers the same and a failover loses nothing; its work is bounded by
+`LAG_MAX_ROWS` (newest instants first; the answer says when older ones were left out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from raftcron.api.auth import tenant_clause
+from raftcron.api.jobs import MAX_BACKFILL, ctx_of, job_detail, path_job_id, visible_job_row
+from raftcron.api.status import int_param
+from raftcron.core.backfill import backfill_instants, check_backfill_span
+from raftcron.core.errors import ValidationError
+from raftcron.core.model import Job, parse_job
+from raftcron.core.schedule import ScheduleError
+from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
+
+MAX_FIRES = 50
+LAG_MAX_MINUTES = 180
+LAG_MAX_ROWS = 20_000
+PREVIEW_INSTANTS = 50
+# A year before the last instant the API shows (9999-12-31): the fires after it, their
+# zone offsets and local times all stay inside what datetime can hold.
+MAX_AFTER_MS = 253_370_764_799_000  # 9998-12-31T23:59:59Z
+MAX_SHOWN_MS = 253_402_214_399_000  # 9999-12-30T23:59:59Z: local time in any zone is in 9999
+
+
+def _offset(ms: int, tz: ZoneInfo) -> timedelta:
+    return datetime.fromtimestamp(ms / 1000, tz=tz).utcoffset() or timedelta(0)
+
+
+def _fmt_offset(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def upcoming_fires(job: Job, after_ms: int, count: int) -> list[dict[str, Any]]:
+    """The next `count` fire instants of `job` after `after_ms` (within its start/end
+    bounds). Each carries its UTC offset in the job's zone, and `dst_change` ("+01:00 →
+    +02:00") when that offset differs from the one before it (the first is compared with
+    the offset at `after_ms`): the fire falls after a DST transition."""
+    sched = job.compiled()
+    tz = ZoneInfo(job.schedule.timezone)
+    start, end = job.schedule.start_at_ms, job.schedule.end_at_ms
+    t = after_ms // 1000
+    if start is not None and t * 1000 < start:
+        t = start // 1000 - 1
+    previous = _offset(after_ms, tz)
+    out: list[dict[str, Any]] = []
+    for _ in range(count):
+        nxt = sched.next_after(t)
+        if nxt is None or (end is not None and nxt * 1000 > end) or nxt * 1000 > MAX_SHOWN_MS:
+            break
+        offset = _offset(nxt * 1000, tz)
+        out.append({
+            "utc": ms_to_iso(nxt * 1000),
+            "local": ms_to_local_iso(nxt * 1000, job.schedule.timezone),
+            "utc_offset": _fmt_offset(offset),
+            "dst_change": None if offset == previous
+            else f"{_fmt_offset(previous)} → {_fmt_offset(offset)}",
+        })
+        previous = offset
+        t = nxt
+    return out
+
+
+async def job_page(request: Request) -> JSONResponse:
+    """One job for its page (404 for a job the caller may not see, as GET /v1/jobs)."""
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    count = int_param(request, "fires", 10, 1, MAX_FIRES)
+    after_ms = int(time.time() * 1000)
+    if "after" in request.query_params:
+        after_ms = parse_iso_ms(request.query_params["after"], "after")
+        if not 0 <= after_ms <= MAX_AFTER_MS:
+            raise ValidationError("after", "must be from 1970-01-01T00:00:00Z to "
+                                  "9998-12-31T23:59:59Z")
+    detail = await job_detail(ctx, job_id, request)
+    row = await ctx.fetchone("SELECT spec FROM jobs WHERE id = ?", (job_id,))
+    job = Job.from_spec(json.loads(row[0]))
+    try:
+        detail["describe"] = job.compiled().describe()
+        detail["upcoming"] = upcoming_fires(job, after_ms, count)
+    except ScheduleError as e:
+        detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
+        detail["upcoming"] = []
+    if any(name in request.query_params for name in PROPOSAL_PARAMS):
+        proposed = proposed_job(job, detail["schedule"], request)
+        detail["proposed"] = {"schedule": proposed.to_api()["schedule"],
+                              "describe": proposed.compiled().describe(),
+                              "upcoming": upcoming_fires(proposed, after_ms, count)}
+    return JSONResponse(detail)
+
+
+PROPOSAL_PARAMS = ("cron", "timezone", "dst_gap", "dst_fold")
+
+
+def proposed_job(job: Job, schedule: dict[str, Any], request: Request) -> Job:
+    """`job` with the schedule fields given in the query replaced, validated as a PUT
+    would validate them; a refusal names the query parameter."""
+    changed = {**schedule, **{k: request.query_params[k] for k in PROPOSAL_PARAMS
+                              if k in request.query_params}}
+    try:
+        return parse_job({"id": job.id, "tenant": job.tenant, "schedule": changed,
+                          "target": {"shell": "true"}})
+    except (ValidationError, ScheduleError) as e:
+        field = e.field.removeprefix("schedule.") if e.field else "cron"
+        raise ValidationError(field if field in PROPOSAL_PARAMS else "cron", e.message) from e
+
+
+async def backfill_preview(request: Request) -> JSONResponse:
+    """What `POST /v1/jobs/{id}/backfill` with this start and end would create."""
+    ctx = ctx_of(request)
+    job_id = path_job_id(request)
+    q = request.query_params
+    for name in ("start", "end"):
+        if name not in q:
+            raise ValidationError(name, "is required: an ISO 8601 instant")
+    start = parse_iso_ms(q["start"], "start")
+    end = parse_iso_ms(q["end"], "end")
+    check_backfill_span(start, end)
+    row = await visible_job_row(request, ctx, job_id)
+    sched = Job.from_spec(json.loads(row[3])).compiled()
+    instants = await asyncio.to_thread(backfill_instants, sched, start, end, MAX_BACKFILL)
+    return JSONResponse({
+        "job_id": job_id, "count": len(instants),
+        "instants": [ms_to_iso(ms) for ms in instants[:PREVIEW_INSTANTS]],
+        "shown": min(len(instants), PREVIEW_INSTANTS),
+    })
+
+
+def _quantile(ordered: list[int], q: float) -> int:
+    """Nearest-rank quantile of a sorted, non-empty list."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def lag_per_minute(rows: list[tuple[int, int | None]], start_ms: int, minutes: int,
+                   now_ms: int) -> list[dict[str, Any]]:
+    """Per minute from `start_ms`: how many instants were due, how many were leased, and
+    p50/p99/max of the lease lag in ms. `rows` are (dispatch_ms, first lease ms or None).
+    An instant not leased yet and already due counts in `waiting`."""
+    lags: list[list[int]] = [[] for _ in range(minutes)]
+    due = [0] * minutes
+    waiting = [0] * minutes
+    for dispatch_ms, leased_ms in rows:
+        i = (dispatch_ms - start_ms) // 60_000
+        if not 0 <= i < minutes or dispatch_ms > now_ms:
+            continue
+        due[i] += 1
+        if leased_ms is None:
+            waiting[i] += 1
+        else:
+            lags[i].append(max(0, leased_ms - dispatch_ms))
+    out = []
+    for i in range(minutes):
+        ordered = sorted(lags[i])
+        out.append({
+            "minute": ms_to_iso(start_ms + i * 60_000), "due": due[i], "leased": len(ordered),
+            "waiting": waiting[i],
+            "p50_ms": _quantile(ordered, 0.5) if ordered else None,
+            "p99_ms": _quantile(ordered, 0.99) if ordered else None,
+            "max_ms": ordered[-1] if ordered else None,
+        })
+    return out
+
+
+async def fire_lag(request: Request) -> JSONResponse:
+    """Fire lag per minute over the last `minutes` (default 60) for the caller's jobs."""
+    ctx = ctx_of(request)
+    minutes = int_param(request, "minutes", 60, 1, LAG_MAX_MINUTES)
+    now_ms = int(time.time() * 1000)
+    start_ms = (now_ms // 60_000 - minutes + 1) * 60_000
+    clause, params = tenant_clause(request)
+    # Time-led scan of occ_scheduled_time, newest first, then one primary-key lookup per
+    # row for its first attempt (attempt ids are `<occurrence id>~<number>`). Minutes are
+    # those of the dispatch instant, which jitter puts up to an hour after the nominal one:
+    # the scan starts an hour early so those are counted too.
+    rows = await ctx.fetchall(
+        "SELECT o.dispatch_at_ms, a.leased_ms FROM (SELECT id, dispatch_at_ms FROM occurrences "
+        "WHERE kind = 'scheduled' AND scheduled_for_ms >= ? AND scheduled_for_ms <= ? "
+        f"{f'AND {clause} ' if clause else ''}ORDER BY scheduled_for_ms DESC LIMIT ?) o "
+        "LEFT JOIN attempts a ON a.id = o.id || '~1'",
+        (start_ms - 3_600_000, now_ms, *params, LAG_MAX_ROWS + 1))
+    truncated = len(rows) > LAG_MAX_ROWS
+    buckets = lag_per_minute(rows[:LAG_MAX_ROWS], start_ms, minutes, now_ms)
+    leased = [b for b in buckets if b["leased"]]
+    return JSONResponse({
+        "start": ms_to_iso(start_ms), "minutes": minutes, "buckets": buckets,
+        "truncated": truncated,
+        "worst": max(leased, key=lambda b: b["p99_ms"]) if leased else None,
+    })

@@ -1,0 +1,374 @@
+// One job's page (#/jobs/{id}): its definition, next fire times marked where they cross a
+// DST transition, actions (pause/resume, run now, backfill with a preview), its alerts,
+// and a paged history of occurrences filterable by status and kind, each expanding to
+// its attempts (worker, fencing token, times, exit code, output, error).
+
+import {
+  $, el, td, statusBadge, sinceIso, shortTime, between, render, forget, fillRows, api, say,
+  actionButton, idempotencyKey,
+} from "./lib.js";
+
+const PAGE = 20;
+let historyData = null;  // the occurrences page shown
+const view = {
+  jobId: null,
+  cursors: [null],  // the cursor of each page from the newest one; the last is shown
+  nextCursor: null,
+  expanded: new Set(),  // occurrence ids whose attempts are shown
+  attempts: new Map(),  // occurrence id -> its GET /v1/occurrences/{id}
+  preview: null,
+};
+
+export function openJob(jobId) {
+  if (view.jobId !== jobId) {
+    Object.assign(view, { jobId, cursors: [null], nextCursor: null, preview: null });
+    view.expanded.clear();
+    view.attempts.clear();
+    $("#history-status").value = "";
+    $("#history-kind").value = "";
+    $("#backfill-result").replaceChildren();
+    $("#backfill-run").disabled = true;
+    $("#edit-result").replaceChildren();
+    $("#edit-save").disabled = true;
+    view.editFilled = false;
+    view.proposal = null;
+    // Nothing of the job shown before stays on screen under this one's title.
+    for (const sel of ["#job-definition", "#job-actions", "#job-upcoming", "#job-alerts",
+      "#history tbody"]) $(sel).replaceChildren();
+    historyData = null;
+    forget();
+  }
+  $("#job-title").textContent = jobId;
+  document.title = `${jobId} · raftcron`;
+}
+
+function definitionRows(j) {
+  const s = j.schedule;
+  const bounds = [s.start_at && `from ${shortTime(s.start_at)}`, s.end_at && `until ${shortTime(s.end_at)}`]
+    .filter(Boolean).join(" ");
+  return [
+    ["Schedule", el("span", {}, j.describe, " ", el("code", {}, s.cron))],
+    ["Time zone", s.timezone],
+    ["DST", `gap: ${s.dst_gap}, fold: ${s.dst_fold}`],
+    ["Misfire", `${j.misfire_policy} (grace ${j.misfire_grace_s} s, catch up at most ${j.catch_up_max})`],
+    ["Overlap", j.overlap_policy],
+    ["Retries", `at most ${j.max_attempts} attempts, backoff ${j.retry_backoff_s} s`],
+    ["Limits", [j.max_runtime_s ? `max runtime ${j.max_runtime_s} s` : "no max runtime",
+      j.deadline_s ? `deadline ${j.deadline_s} s` : "no deadline",
+      `heartbeat timeout ${j.heartbeat_timeout_s} s`].join(", ")],
+    ["Queue", j.queue], ["Tenant", j.tenant],
+    ["Version", `${j.version}, last changed ${sinceIso(j.updated_at)} (${shortTime(j.updated_at)}); ` +
+      `created ${shortTime(j.created_at)}`],
+    ["State", el("span", { class: `state state-${j.paused ? "paused" : "active"}`,
+      "data-job-state": j.id }, j.paused ? "‖ paused" : "● active")],
+    bounds ? ["Bounds", bounds] : null,
+    ["Target", el("code", { class: "target" }, JSON.stringify(j.target))],
+    s.jitter_s ? ["Jitter", `${s.jitter_s} s`] : null,
+  ].filter(Boolean);
+}
+
+function renderDefinition(dl, j) {
+  dl.replaceChildren(...definitionRows(j).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  const done = () => { forget("job"); refreshJob(); };
+  $("#job-actions").replaceChildren(
+    j.paused ? actionButton("Resume", j.id, "resume", null, done)
+      : actionButton("Pause", j.id, "pause", null, done),
+    actionButton("Run now", j.id, "trigger", `Run ${j.id} now?`, done));
+}
+
+function renderUpcoming(list, upcoming) {
+  if (!upcoming.length) {
+    list.replaceChildren(el("li", { class: "muted" }, "no fire time ahead"));
+    return;
+  }
+  list.replaceChildren(...upcoming.map((f) => el("li", { class: f.dst_change ? "dst" : null },
+    `${f.local.replace("T", " ")} / ${shortTime(f.utc)} `,
+    el("span", { class: "muted" }, sinceIso(f.utc)),
+    f.dst_change ? el("span", { class: "dst-mark" }, ` ⚑ after a DST change: UTC ${f.dst_change}`) : null)));
+}
+
+function renderJobAlerts(list, alerts) {
+  if (!alerts.length) {
+    list.replaceChildren(el("li", { class: "muted" }, "none"));
+    return;
+  }
+  list.replaceChildren(...alerts.map((a) => el("li", {},
+    el("span", { class: `status alert-${a.status}` }, a.status === "open" ? "⚠ open" : "✓ resolved"),
+    ` ${a.reason} · raised ${sinceIso(a.raised_at)}`,
+    a.message ? ` · ${a.message}` : "",
+    a.acknowledged ? ` · acknowledged by ${a.acknowledged.by}: ${a.acknowledged.note}` : "")));
+}
+
+function attemptsTable(detail) {
+  const attempts = detail.attempt_list;
+  if (!attempts.length) return el("p", { class: "muted" }, "no attempt (nothing ran)");
+  return el("div", { class: "attempts" }, ...attempts.map((a) => {
+    const started = a.acknowledged_at || a.leased_at;
+    return el("section", { class: "attempt", "data-attempt": a.id },
+      el("h4", {}, `Attempt ${a.number} `, statusBadge(a.status)),
+      el("dl", { class: "definition" },
+        el("dt", {}, "Worker"), el("dd", {}, a.worker_id ?? "–"),
+        el("dt", {}, "Fencing token"), el("dd", {}, a.fencing_token ?? "–"),
+        el("dt", {}, "Leased"), el("dd", {}, shortTime(a.leased_at)),
+        el("dt", {}, "Started"), el("dd", {}, a.acknowledged_at ? shortTime(a.acknowledged_at)
+          : a.leased_at ? `${shortTime(a.leased_at)} (lease; no start acknowledged)` : "–"),
+        el("dt", {}, "Finished"), el("dd", {}, shortTime(a.finished_at)),
+        el("dt", {}, "Duration"), el("dd", {}, between(started, a.finished_at)),
+        el("dt", {}, "Exit code"), el("dd", {}, a.exit_code ?? "–"),
+        a.error ? el("dt", {}, "Error") : null,
+        a.error ? el("dd", { class: "error-text" }, a.error) : null,
+        a.release_reason ? el("dt", {}, "Released") : null,
+        a.release_reason ? el("dd", {}, `${a.unacknowledged_releases} × (${a.release_reason})`) : null),
+      el("p", { class: "output-label" }, "Output"),
+      // Text only: job output is never parsed as HTML.
+      el("pre", { class: "output", tabindex: "0", "aria-label": `Output of attempt ${a.number}` },
+        a.output ? a.output : el("span", { class: "muted" }, "(no output)")));
+  }));
+}
+
+async function toggle(occId) {
+  if (view.expanded.has(occId)) {
+    view.expanded.delete(occId);
+  } else {
+    view.expanded.add(occId);
+    await loadAttempts(occId);
+  }
+  forget("history");
+  drawHistory();
+}
+
+async function loadAttempts(occId) {
+  try {
+    view.attempts.set(occId, await api(`/v1/occurrences/${encodeURIComponent(occId)}`));
+  } catch (e) {
+    view.attempts.set(occId, { error: e.message });
+  }
+}
+
+function renderHistory(tbody, { occurrences }) {
+  // New runs redraw the table: an output the reader scrolled stays where it was.
+  const scrolled = new Map([...tbody.querySelectorAll(".attempt")].map((a) =>
+    [a.dataset.attempt, a.querySelector("pre.output").scrollTop]));
+  const rows = [];
+  for (const o of occurrences) {
+    const open = view.expanded.has(o.id);
+    const detailsId = `attempts-${o.id}`;
+    rows.push(el("tr", { "data-occurrence": o.id },
+      td(shortTime(o.scheduled_for)),
+      td(view.zone ? new Date(o.scheduled_for).toLocaleString("sv-SE", { timeZone: view.zone }) : "–"),
+      td(o.kind), td(statusBadge(o.status, o.reason)), td(o.attempts),
+      td(between(o.dispatch_at, o.finished_at), { title: "from due to finished" }),
+      el("td", {}, el("button", { type: "button", "aria-expanded": String(open),
+        "aria-controls": detailsId, "data-key": `expand:${o.id}`,
+        "aria-label": `${open ? "Hide" : "Show"} attempts of ${shortTime(o.scheduled_for)} ${o.kind}`,
+        onclick: () => toggle(o.id) }, open ? "Hide attempts" : "Attempts"))));
+    if (open) {
+      const detail = view.attempts.get(o.id);
+      rows.push(el("tr", { class: "attempts-row", id: detailsId },
+        el("td", { colspan: 7 }, !detail ? "loading…"
+          : detail.error ? `cannot load: ${detail.error}` : attemptsTable(detail))));
+    }
+  }
+  fillRows(tbody, rows, "no occurrence matches");
+  for (const a of tbody.querySelectorAll(".attempt")) {
+    if (scrolled.get(a.dataset.attempt)) a.querySelector("pre.output").scrollTop = scrolled.get(a.dataset.attempt);
+  }
+  const page = view.cursors.length;
+  $("#history-page").textContent = `page ${page}` + (view.nextCursor ? "" : " (oldest)");
+  $("#history-older").disabled = !view.nextCursor;
+  $("#history-newest").disabled = page === 1;
+}
+
+function drawHistory() {
+  if (!historyData) return;
+  const attempts = [...view.expanded].map((id) => view.attempts.get(id));
+  render("history", { ...historyData, expanded: [...view.expanded], attempts },
+    $("#history tbody"), renderHistory);
+}
+
+function historyQuery() {
+  const params = new URLSearchParams({ job_id: view.jobId, limit: String(PAGE) });
+  const status = $("#history-status").value;
+  const kind = $("#history-kind").value;
+  if (status) params.set("status", status);
+  if (kind) params.set("kind", kind);
+  const cursor = view.cursors[view.cursors.length - 1];
+  if (cursor) params.set("cursor", cursor);
+  return `/v1/occurrences?${params}`;
+}
+
+export async function refreshJob() {
+  const jobId = view.jobId;
+  const [job, history, alerts] = await Promise.allSettled([
+    api(`/v1/status/jobs/${encodeURIComponent(jobId)}?fires=10`), api(historyQuery()),
+    api(`/v1/alerts?status=all&limit=10&job_id=${encodeURIComponent(jobId)}`)]);
+  if (jobId !== view.jobId) return [];
+  const error = $("#job-error");
+  if (job.status === "rejected") {
+    error.hidden = false;
+    error.textContent = job.reason.status === 404 ? `No job ${jobId} (or this token may not see it).`
+      : `Cannot load ${jobId}: ${job.reason.message}`;
+    return [job];
+  }
+  error.hidden = true;
+  view.zone = job.value.schedule.timezone;
+  view.job = job.value;
+  if (!view.editFilled) {
+    $("#edit-cron").value = job.value.schedule.cron;
+    $("#edit-timezone").value = job.value.schedule.timezone;
+    view.editFilled = true;
+  }
+  render("job", job.value, $("#job-definition"), renderDefinition);
+  render("upcoming", job.value.upcoming, $("#job-upcoming"), renderUpcoming);
+  if (alerts.status === "fulfilled") render("job-alerts", alerts.value.alerts, $("#job-alerts"), renderJobAlerts);
+  if (history.status === "fulfilled") {
+    view.nextCursor = history.value.next_cursor;
+    // Runs still going are asked again; finished ones keep what was loaded.
+    await Promise.all([...view.expanded].filter((id) => {
+      const d = view.attempts.get(id);
+      return !d || d.error || ["pending", "running"].includes(d.status);
+    }).map(loadAttempts));
+    historyData = history.value;
+    drawHistory();
+  }
+  return [job, history, alerts].filter((r) => r.status === "rejected");
+}
+
+// --- backfill ------------------------------------------------------------------------------
+
+function rangeIso() {
+  const start = $("#backfill-start").value;
+  const end = $("#backfill-end").value;
+  if (!start || !end) return null;
+  const iso = (v) => `${v.length === 16 ? `${v}:00` : v}Z`;
+  return { start: iso(start), end: iso(end) };
+}
+
+async function preview() {
+  const range = rangeIso();
+  const out = $("#backfill-result");
+  $("#backfill-run").disabled = true;
+  if (!range) { out.textContent = "Choose both ends of the range first."; return; }
+  try {
+    const p = await api(`/v1/status/jobs/${encodeURIComponent(view.jobId)}/backfill-preview?` +
+      new URLSearchParams(range));
+    view.preview = { ...range, count: p.count };
+    out.replaceChildren(
+      el("p", {}, `${p.count} instant${p.count === 1 ? "" : "s"} in ${shortTime(range.start)} – ` +
+        `${shortTime(range.end)}` + (p.count > p.shown ? ` (first ${p.shown} shown)` : "") +
+        (p.count ? ":" : ".")),
+      p.count ? el("ol", { class: "fires preview" }, ...p.instants.map((i) => el("li", {}, shortTime(i))))
+        : null);
+    $("#backfill-run").disabled = p.count === 0;
+  } catch (e) {
+    view.preview = null;
+    out.textContent = `Preview refused: ${e.message}`;
+  }
+}
+
+async function runBackfill(event) {
+  event.preventDefault();
+  const range = rangeIso();
+  const p = view.preview;
+  if (!p || !range || p.start !== range.start || p.end !== range.end) {
+    $("#backfill-result").textContent = "Preview this range first.";
+    return;
+  }
+  if (!window.confirm(`Backfill ${p.count} instants of ${view.jobId}?`)) return;
+  try {
+    const r = await api(`/v1/jobs/${encodeURIComponent(view.jobId)}/backfill`, {
+      method: "POST", body: JSON.stringify(range), headers: { "Idempotency-Key": idempotencyKey() } });
+    say(`Backfill ${view.jobId}: ${r.count} occurrences (${r.created} new)`);
+    $("#backfill-run").disabled = true;
+    forget("history");
+    refreshJob();
+  } catch (e) {
+    say(`Backfill ${view.jobId} failed: ${e.message}`);
+  }
+}
+
+// --- schedule edit -------------------------------------------------------------------------
+
+// The fields PUT /v1/jobs/{id} takes (GET adds version, watermark, times, next fires).
+const JOB_FIELDS = ["id", "tenant", "schedule", "target", "misfire_policy", "misfire_grace_s",
+  "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
+  "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "queue", "notify"];
+
+function fireList(fires) {
+  return el("ol", { class: "fires" }, ...fires.map((f) => el("li", { class: f.dst_change ? "dst" : null },
+    `${f.local.replace("T", " ")} / ${shortTime(f.utc)}`,
+    f.dst_change ? el("span", { class: "dst-mark" }, ` ⚑ UTC ${f.dst_change}`) : null)));
+}
+
+function proposalParams() {
+  return { cron: $("#edit-cron").value.trim(), timezone: $("#edit-timezone").value.trim() };
+}
+
+async function previewEdit() {
+  const out = $("#edit-result");
+  const params = proposalParams();
+  $("#edit-save").disabled = true;
+  try {
+    const r = await api(`/v1/status/jobs/${encodeURIComponent(view.jobId)}?` +
+      new URLSearchParams({ ...params, fires: "5" }));
+    view.proposal = { ...params, version: r.version, schedule: r.proposed.schedule };
+    out.replaceChildren(el("div", { class: "compare" },
+      el("div", {}, el("h4", {}, `Now: ${r.describe}`), fireList(r.upcoming)),
+      el("div", {}, el("h4", {}, `Proposed: ${r.proposed.describe}`), fireList(r.proposed.upcoming))));
+    $("#edit-save").disabled = false;
+  } catch (e) {
+    view.proposal = null;
+    out.textContent = `Preview refused: ${e.message}`;
+  }
+}
+
+async function saveEdit(event) {
+  event.preventDefault();
+  const p = view.proposal;
+  const now = proposalParams();
+  if (!p || p.cron !== now.cron || p.timezone !== now.timezone) {
+    $("#edit-result").textContent = "Preview this schedule first.";
+    return;
+  }
+  try {
+    // The job as this token reads it: secrets come back as "***", which the server keeps.
+    const job = await api(`/v1/jobs/${encodeURIComponent(view.jobId)}`);
+    const body = Object.fromEntries(JOB_FIELDS.filter((k) => k in job).map((k) => [k, job[k]]));
+    body.schedule = { ...job.schedule, cron: p.cron, timezone: p.timezone };
+    for (const k of ["start_at", "end_at"]) if (body.schedule[k] === null) delete body.schedule[k];
+    const saved = await api(`/v1/jobs/${encodeURIComponent(view.jobId)}`, {
+      method: "PUT", body: JSON.stringify(body), headers: { "If-Match": `"${p.version}"` } });
+    say(`Schedule of ${view.jobId} saved: version ${saved.version}`);
+    $("#edit-save").disabled = true;
+    view.proposal = null;
+    forget("job");
+    forget("upcoming");
+    refreshJob();
+  } catch (e) {
+    say(`Saving the schedule of ${view.jobId} failed: ${e.status === 412
+      ? "the job changed since the preview; preview again" : e.message}`);
+  }
+}
+
+export function setupJobPage() {
+  $("#edit-preview").addEventListener("click", previewEdit);
+  $("#edit-form").addEventListener("submit", saveEdit);
+  for (const id of ["#edit-cron", "#edit-timezone"]) {
+    $(id).addEventListener("input", () => { $("#edit-save").disabled = true; });
+  }
+  const refilter = () => { view.cursors = [null]; forget("history"); refreshJob(); };
+  $("#history-status").addEventListener("change", refilter);
+  $("#history-kind").addEventListener("change", refilter);
+  $("#history-older").addEventListener("click", () => {
+    if (!view.nextCursor) return;
+    view.cursors.push(view.nextCursor);
+    forget("history");
+    refreshJob();
+  });
+  $("#history-newest").addEventListener("click", refilter);
+  $("#backfill-preview").addEventListener("click", preview);
+  $("#backfill-form").addEventListener("submit", runBackfill);
+  for (const id of ["#backfill-start", "#backfill-end"]) {
+    $(id).addEventListener("input", () => { $("#backfill-run").disabled = true; });
+  }
+}

@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -215,6 +216,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not 0 <= args.refused_grace_s <= 86_400:
         return _fail("--refused-grace-s must be between 0 and 86400")
     worker_id = args.id or f"{os.uname().nodename}-{os.getpid()}"
+    if not re.fullmatch(r"[ -~]{1,128}", worker_id):  # as the API checks it (WORKER_ID_RE)
+        return _fail("--id must be 1-128 printable ASCII characters")
     try:
         token, run_as = worker_credentials(args)
     except IsolationError as e:

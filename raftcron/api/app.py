@@ -32,6 +32,7 @@ from raftcron.api import (
     webhook_keys,
     workers,
 )
+from raftcron.api.allow import allow_header
 from raftcron.api.audit import AuditMiddleware, AuditSink
 from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
 from raftcron.api.context import ApiContext
@@ -128,7 +129,13 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 async def _starlette_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail))
+    headers = dict(exc.headers or {})
+    message = str(exc.detail)
+    if exc.status_code == 405:
+        headers["Allow"] = allow_header(request.app.router.routes, request.scope,
+                                        headers.get("Allow"))
+        message = f"{request.method} is not allowed here (allowed: {headers['Allow']})"
+    return error_response(exc.status_code, code, message, headers=headers or None)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

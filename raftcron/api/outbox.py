@@ -19,6 +19,7 @@ from raftcron.core.timefmt import ms_to_iso
 
 STATUSES = ("dead", "pending")
 MAX_OUTBOX_ID = 2**62
+MAX_CURSOR_LEN = 4000
 # Deliveries with the given status, plus (for "pending") rows not routed to receivers yet
 # (receiver ''), in one keyset-paged order.
 LIST_SQL = (
@@ -38,7 +39,8 @@ def _cursor(raw: str | None) -> tuple[int, str]:
     if not raw:
         return -1, ""
     oid, sep, receiver = raw.partition("|")
-    if not sep or not (oid.isascii() and oid.isdigit()) or len(oid) > 19 or len(raw) > 4000:
+    if not sep or not (oid.isascii() and oid.isdigit()) or len(oid) > 19 \
+            or int(oid) > MAX_OUTBOX_ID or len(raw) > MAX_CURSOR_LEN:
         raise ValidationError("cursor", "is not a cursor returned by this endpoint")
     return int(oid), receiver
 

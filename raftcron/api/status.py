@@ -27,6 +27,8 @@ MAX_JOBS = 200
 TIMELINE_MAX = 60
 HERD_MAX_INSTANTS = 100_000
 HERD_CACHE_S = 30.0
+HERD_MAX_HOURS = 168
+HERD_BUCKET_S = (60, 86400)
 
 
 def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -135,8 +137,9 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     schedule steps in total (counted or not: an instant before a job's `start_at` costs
     as much as one in the window); the answer says when it was truncated. A job firing
     several times a minute costs one step per minute, not per instant (whole-minute
-    buckets, away from DST transitions and bounds; see _fires_rest_of_minute)."""
-    buckets = hours * 3600 // bucket_s
+    buckets, away from DST transitions and bounds; see _fires_rest_of_minute). A bucket
+    size that does not divide the window leaves the last bucket shorter."""
+    buckets = -(-hours * 3600 // bucket_s)
     counts = [0] * buckets
     end_s = start_ms // 1000 + hours * 3600
     start_s = start_ms // 1000
@@ -186,8 +189,8 @@ async def herd(request: Request) -> JSONResponse:
     """Occurrences due per bucket (default one minute) over the next hours (default 24)
     across active jobs, from the schedules; cached for 30 s per parameter set."""
     ctx = ctx_of(request)
-    hours = int_param(request, "hours", 24, 1, 168)
-    bucket_s = int_param(request, "bucket_s", 60, 60, 86400)
+    hours = int_param(request, "hours", 24, 1, HERD_MAX_HOURS)
+    bucket_s = int_param(request, "bucket_s", 60, *HERD_BUCKET_S)
     if (hours * 3600) // bucket_s > 10_080:
         raise ValidationError("bucket_s", "too many buckets: use a larger bucket")
     tenants = visible_tenants(request)

@@ -15,7 +15,7 @@ from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
-from raftcron.core.model import NAME_RE
+from raftcron.core.model import NAME_RE, json_int
 from raftcron.core.tenant_policy import parse_policy, policy_from_row, spec_violation
 from raftcron.core.timefmt import ms_to_iso
 
@@ -51,9 +51,10 @@ def parse_quotas(body: Any) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for key in QUOTAS:
         value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 1 <= value <= QUOTA_MAX):
-            raise ValidationError(key, f"must be an integer from 1 to {QUOTA_MAX} or null")
+        if value is not None:
+            value = json_int(value)
+            if value is None or not 1 <= value <= QUOTA_MAX:
+                raise ValidationError(key, f"must be an integer from 1 to {QUOTA_MAX} or null")
         out[key] = value
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ from raftcron.api.jobs import ctx_of
 from raftcron.cluster.proposer import ProposalError
 from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
-from raftcron.core.model import NAME_RE
+from raftcron.core.model import NAME_RE, json_int
 from raftcron.leader.ticker import LostEpoch
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,17 @@ MAX_BATCH = 1000
 MAX_WAIT_S = 30.0
 
 
+# Printable ASCII: what a schema pattern can state exactly (`str.isprintable` depends on
+# the Unicode tables of the Python that runs the node). Default ids are host-pid.
+WORKER_ID_RE = re.compile(r"^[ -~]{1,128}$")
+MAX_ATTEMPT_ID_LEN = 512
+MAX_TOKEN = 2**63 - 1  # SQLite's INTEGER
+
+
 def _worker_id(body: dict[str, Any]) -> str:
     wid = body.get("worker_id")
-    if not isinstance(wid, str) or not 1 <= len(wid) <= 128 or not wid.isprintable():
-        raise ValidationError("worker_id", "must be a printable string of 1-128 characters")
+    if not isinstance(wid, str) or not WORKER_ID_RE.fullmatch(wid):
+        raise ValidationError("worker_id", "must be 1-128 printable ASCII characters")
     return wid
 
 
@@ -41,13 +49,14 @@ def _object(body: Any) -> dict[str, Any]:
 
 
 def _token(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(field, "must be a non-negative integer")
-    return value
+    token = json_int(value)
+    if token is None or not 0 <= token <= MAX_TOKEN:
+        raise ValidationError(field, f"must be an integer from 0 to {MAX_TOKEN}")
+    return token
 
 
 def _attempt_id(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= 512:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ATTEMPT_ID_LEN:
         raise ValidationError(field, "must be an attempt id")
     return value
 
@@ -94,8 +103,8 @@ async def leases(request: Request) -> Response:
         allowed = ", ".join(sorted(principal.worker_queues or ()))
         raise HTTPError(403, "forbidden", f"token {principal.name!r} may only lease from "
                         f"queues {allowed}", "queues")
-    max_n = body.get("max", 1)
-    if isinstance(max_n, bool) or not isinstance(max_n, int) or not 1 <= max_n <= MAX_BATCH:
+    max_n = json_int(body.get("max", 1))
+    if max_n is None or not 1 <= max_n <= MAX_BATCH:
         raise ValidationError("max", f"must be an integer from 1 to {MAX_BATCH}")
     wait_s = body.get("wait_s", 0)
     if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not (
@@ -169,9 +178,10 @@ def _completion(item: Any, field: str) -> list[Any]:
     if outcome not in ("succeeded", "failed"):
         raise ValidationError(f"{field}.outcome", "must be succeeded or failed")
     exit_code = item.get("exit_code")
-    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)
-                                  or not -(2**31) <= exit_code < 2**31):
-        raise ValidationError(f"{field}.exit_code", "must be an integer or null")
+    if exit_code is not None:
+        exit_code = json_int(exit_code)
+        if exit_code is None or not -(2**31) <= exit_code < 2**31:
+            raise ValidationError(f"{field}.exit_code", "must be a 32-bit integer or null")
     output = item.get("output", "")
     if output is None:
         output = ""

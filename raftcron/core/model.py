@@ -25,8 +25,27 @@ OVERLAP_POLICIES = ("allow", "forbid", "replace", "buffer_one")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_SHELL_LEN = 16_384
 MAX_BODY_LEN = 65_536
+MAX_URL_LEN = 2048
+MAX_HEADERS = 50
+MAX_HEADER_NAME_LEN = 256
+MAX_HEADER_VALUE_LEN = 4096
+MAX_NOTIFY = 10
+MAX_JITTER_S = 3600
 DEFAULT_ACK_TIMEOUT_S = 3
 MAX_ACK_TIMEOUT_S = 600
+WEEK_S = 86_400 * 7
+# The integer fields of a job: (default, lowest, highest). A default of None makes the
+# field optional and nullable; the others refuse null. /openapi.json is built from this.
+JOB_INT_FIELDS: dict[str, tuple[int | None, int, int]] = {
+    "misfire_grace_s": (60, 0, WEEK_S),
+    "catch_up_max": (100, 1, 10_000),
+    "max_runtime_s": (None, 1, WEEK_S),
+    "max_attempts": (3, 1, 100),
+    "retry_backoff_s": (10, 0, 86_400),
+    "heartbeat_timeout_s": (30, 2, 3600),
+    "ack_timeout_s": (DEFAULT_ACK_TIMEOUT_S, 1, MAX_ACK_TIMEOUT_S),
+    "deadline_s": (None, 1, WEEK_S),
+}
 
 _TOP_LEVEL = {
     "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
@@ -139,12 +158,27 @@ _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule))
 
 
+def json_int(value: Any) -> int | None:
+    """The integer a JSON number denotes, or None (for booleans and anything else).
+
+    JSON Schema counts `1.0` as an integer, and so does the API: a client whose JSON
+    library writes every number as a float is not refused."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _int(data: dict[str, Any], key: str, default: int | None, lo: int, hi: int,
          prefix: str = "") -> int | None:
     value = data.get(key, default)
-    if value is None:
+    if value is None and default is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    value = json_int(value)
+    if value is None:
         raise ValidationError(prefix + key, "must be an integer")
     if not lo <= value <= hi:
         raise ValidationError(prefix + key, f"must be between {lo} and {hi}")
@@ -166,6 +200,18 @@ def _name(data: dict[str, Any], key: str, default: str) -> str:
     return value
 
 
+def is_http_url(value: Any) -> bool:
+    """An http(s) URL with a host, at most MAX_URL_LEN characters. A URL that
+    `urlsplit` cannot split at all (`http://[`) is not one either."""
+    if not isinstance(value, str) or len(value) > MAX_URL_LEN:
+        return False
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
 def parse_target(value: Any) -> dict[str, Any]:
     """Validate an execution target: {"shell": "..."} or {"http": {...}}."""
     if not isinstance(value, dict) or len(value) != 1:
@@ -185,18 +231,17 @@ def parse_target(value: Any) -> dict[str, Any]:
         if unknown:
             raise ValidationError(f"target.http.{sorted(unknown)[0]}", "unknown field")
         url = http.get("url")
-        if not isinstance(url, str) or len(url) > 2048:
-            raise ValidationError("target.http.url", "must be an http(s) URL")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if not is_http_url(url):
             raise ValidationError("target.http.url", "must be an http(s) URL")
         method = http.get("method", "POST")
         if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
             raise ValidationError("target.http.method", f"must be one of {', '.join(HTTP_METHODS)}")
-        headers = http.get("headers", {}) or {}
-        if not isinstance(headers, dict) or len(headers) > 50 or not all(
-            isinstance(k, str) and len(k) <= 256 and "\n" not in k and "\r" not in k
-            and (is_secret_ref(v) or (isinstance(v, str) and len(v) <= 4096
+        headers = http.get("headers")
+        headers = {} if headers is None else headers
+        if not isinstance(headers, dict) or len(headers) > MAX_HEADERS or not all(
+            isinstance(k, str) and len(k) <= MAX_HEADER_NAME_LEN and "\n" not in k
+            and "\r" not in k
+            and (is_secret_ref(v) or (isinstance(v, str) and len(v) <= MAX_HEADER_VALUE_LEN
                                       and "\n" not in v and "\r" not in v))
             for k, v in headers.items()
         ):
@@ -231,7 +276,7 @@ def parse_schedule(value: Any, job_id: str) -> Schedule:
         compile_schedule(cron, tz, gap, fold, hash_key=job_id)
     except ScheduleError as e:
         raise ValidationError(e.field, e.message) from None
-    jitter = _int(value, "jitter_s", 0, 0, 3600, "schedule.")
+    jitter = _int(value, "jitter_s", 0, 0, MAX_JITTER_S, "schedule.")
     start = value.get("start_at")
     end = value.get("end_at")
     start_ms = parse_iso_ms(start, "schedule.start_at") if start is not None else None
@@ -265,12 +310,10 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     if not isinstance(paused, bool):
         raise ValidationError("paused", "must be true or false")
     notify = data.get("notify", [])
-    if not isinstance(notify, list) or len(notify) > 10:
-        raise ValidationError("notify", "must be a list of at most 10 webhook URLs")
+    if not isinstance(notify, list) or len(notify) > MAX_NOTIFY:
+        raise ValidationError("notify", f"must be a list of at most {MAX_NOTIFY} webhook URLs")
     for i, url in enumerate(notify):
-        if not isinstance(url, str) or len(url) > 2048 or urlsplit(url).scheme not in (
-            "http", "https"
-        ) or not urlsplit(url).netloc:
+        if not is_http_url(url):
             raise ValidationError(f"notify.{i}", "must be an http(s) URL")
     return Job(
         id=jid,
@@ -279,16 +322,8 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         tenant=_name(data, "tenant", "default"),
         version=1,
         misfire_policy=_choice(data, "misfire_policy", "run_once", MISFIRE_POLICIES),
-        misfire_grace_s=_int(data, "misfire_grace_s", 60, 0, 86_400 * 7) or 0,
-        catch_up_max=_int(data, "catch_up_max", 100, 1, 10_000) or 1,
         overlap_policy=_choice(data, "overlap_policy", "allow", OVERLAP_POLICIES),
-        max_runtime_s=_int(data, "max_runtime_s", None, 1, 86_400 * 7),
-        max_attempts=_int(data, "max_attempts", 3, 1, 100) or 1,
-        retry_backoff_s=_int(data, "retry_backoff_s", 10, 0, 86_400) or 0,
-        heartbeat_timeout_s=_int(data, "heartbeat_timeout_s", 30, 2, 3600) or 30,
-        ack_timeout_s=_int(data, "ack_timeout_s", DEFAULT_ACK_TIMEOUT_S, 1,
-                           MAX_ACK_TIMEOUT_S) or DEFAULT_ACK_TIMEOUT_S,
-        deadline_s=_int(data, "deadline_s", None, 1, 86_400 * 7),
+        **{key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()},
         queue=_name(data, "queue", "default"),
         paused=paused,
         notify=tuple(notify),

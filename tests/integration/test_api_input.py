@@ -277,3 +277,39 @@ async def test_a_job_stored_with_a_lone_surrogate_reads_back_replaced(tmp_path: 
             assert (await http.put("/v1/jobs/lone", json=keep)).status_code == 200
     finally:
         node.close()
+
+
+async def test_an_outbox_cursor_beyond_the_row_ids_is_refused(client: httpx.AsyncClient) -> None:
+    # 19 digits over SQLite's INTEGER range: the bound parameter overflowed (a 500).
+    response = await client.get("/v1/outbox", params={"cursor": "9999999999999999999|x"})
+    assert_invalid(response, "cursor")
+    assert (await client.get("/v1/outbox", params={"cursor": "12|x"})).status_code == 200
+
+
+@pytest.mark.parametrize("worker_id", ["", "x" * 129, "w\n1", "w\u00e9", "w\u200b"])
+async def test_a_worker_id_outside_printable_ascii_is_refused(client: httpx.AsyncClient,
+                                                             worker_id: str) -> None:
+    body = {"worker_id": worker_id, "attempts": [{"attempt_id": "a", "fencing_token": 1}]}
+    assert_invalid(await client.post("/v1/heartbeats", json=body), "worker_id")
+
+
+async def test_a_fencing_token_beyond_sqlite_integers_is_refused(
+        client: httpx.AsyncClient) -> None:
+    body = {"worker_id": "w", "attempts": [{"attempt_id": "a", "fencing_token": 2**63}]}
+    assert_invalid(await client.post("/v1/heartbeats", json=body), "attempts.0.fencing_token")
+
+
+async def test_integral_floats_are_integers_in_worker_and_tenant_bodies(
+        client: httpx.AsyncClient) -> None:
+    # JSON Schema counts 5.0 as an integer; these were refused.
+    body = {"worker_id": "w", "attempts": [{"attempt_id": "a", "fencing_token": 7.0}]}
+    response = await client.post("/v1/heartbeats", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["rejected"] == "not_found"
+    done = {"worker_id": "w", "completions": [{"attempt_id": "a", "fencing_token": 7.0,
+                                               "outcome": "failed", "exit_code": 2.0}]}
+    assert (await client.post("/v1/completions", json=done)).status_code == 200
+    tenant = await client.put("/v1/tenants/acme", json={"max_jobs": 5.0})
+    assert tenant.status_code == 200, tenant.text
+    assert tenant.json()["max_jobs"] == 5
+    assert_invalid(await client.put("/v1/tenants/acme", json={"max_jobs": 5.5}), "max_jobs")

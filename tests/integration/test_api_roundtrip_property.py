@@ -97,8 +97,10 @@ def job_bodies(draw: st.DrawFn) -> dict[str, Any]:
                             "schedule": schedule, "target": target}
     for key in ("misfire_grace_s", "catch_up_max", "max_runtime_s", "max_attempts",
                 "retry_backoff_s", "heartbeat_timeout_s", "deadline_s"):
-        if draw(st.integers(0, 3)) == 0:
-            body[key] = draw(st.one_of(ints, st.none()))
+        if draw(st.integers(0, 3)) == 0:  # null: unset where optional, refused elsewhere
+            nullable = key in ("max_runtime_s", "deadline_s")
+            body[key] = draw(st.one_of(ints, st.none()) if nullable or draw(
+                st.integers(0, 7)) == 0 else ints)
     if draw(st.booleans()):
         body["overlap_policy"] = draw(st.sampled_from(["allow", "forbid", "replace",
                                                        "buffer_one", "never"]))

@@ -40,3 +40,12 @@ def test_worker_prefetch_out_of_range_exits_2(prefetch: str,
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and "--prefetch must be between 0 and 1000" in err, err
+
+
+@pytest.mark.parametrize("worker_id", ["w\u00e9", "x" * 129, "w\t1"])
+def test_worker_id_the_api_refuses_exits_2(worker_id: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["worker", "--server", NOWHERE, "--id", worker_id, "--token", "t"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "--id must be 1-128 printable ASCII" in err, err

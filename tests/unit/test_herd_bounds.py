@@ -25,3 +25,13 @@ def test_a_job_with_nothing_in_the_window_costs_one_step() -> None:
                                    "target": {"shell": "true"}}).to_spec())
     herd = compute_herd([yearly] * 3, T0, 24, 60, cap=3)
     assert not herd["truncated"] and herd["jobs"] == 3 and herd["total"] == 0
+
+
+def test_a_bucket_size_that_does_not_divide_the_window_ends_in_a_shorter_bucket() -> None:
+    # 3,600 s in buckets of 2,400 s: one full bucket and one of 1,200 s. The instants of
+    # the partial bucket used to index past the counts (a 500 on /v1/schedule/herd).
+    every_second = json.dumps(parse_job({"id": "s", "schedule": {"cron": "* * * * * *"},
+                                         "target": {"shell": "true"}}).to_spec())
+    herd = compute_herd([every_second], T0, 1, 2400)
+    assert herd["counts"] == [2400, 1200]
+    assert herd["total"] == 3600

@@ -270,3 +270,42 @@ def test_a_spec_stored_before_ack_timeout_existed_gets_the_default():
     stored = parse_job(job_with(ack_timeout_s=9)).to_spec()
     del stored["ack_timeout_s"]
     assert Job.from_spec(stored).ack_timeout_s == 3
+
+
+@pytest.mark.parametrize("url", ["http://[", "https://[::1", "http://]x["])
+def test_a_url_urlsplit_cannot_split_is_a_validation_error(url):
+    # urlsplit raises ValueError on these: it escaped as a 500.
+    assert field_of(job_with(notify=[url])) == "notify.0"
+    assert field_of(job_with(target={"http": {"url": url}})) == "target.http.url"
+
+
+@pytest.mark.parametrize("headers", ["", 0, False, []])
+def test_http_headers_must_be_an_object_or_null(headers):
+    # A falsy non-object used to pass as "no headers".
+    assert field_of(job_with(target={"http": {"url": "https://x", "headers": headers}})) \
+        == "target.http.headers"
+    assert parse_job(job_with(target={"http": {"url": "https://x", "headers": None}})) \
+        .target["http"]["headers"] == {}
+
+
+@pytest.mark.parametrize("key", ["misfire_grace_s", "catch_up_max", "max_attempts",
+                                 "retry_backoff_s", "heartbeat_timeout_s", "ack_timeout_s"])
+def test_null_is_refused_for_an_integer_field_with_a_default(key):
+    # null used to become 0 or 1 (misfire_grace_s null: no grace at all, silently).
+    assert field_of(job_with(**{key: None})) == key
+    assert field_of(job_with(schedule={"cron": "* * * * *", "jitter_s": None})) \
+        == "schedule.jitter_s"
+
+
+@pytest.mark.parametrize("key", ["max_runtime_s", "deadline_s"])
+def test_null_is_unset_for_an_optional_integer_field(key):
+    assert getattr(parse_job(job_with(**{key: None})), key) is None
+
+
+def test_an_integral_float_is_an_integer():
+    # JSON Schema (and many JSON writers) count 60.0 as the integer 60.
+    job = parse_job(job_with(misfire_grace_s=60.0, max_attempts=5.0,
+                             schedule={"cron": "* * * * *", "jitter_s": 2.0}))
+    assert job.misfire_grace_s == 60 and isinstance(job.misfire_grace_s, int)
+    assert job.max_attempts == 5 and job.schedule.jitter_s == 2
+    assert field_of(job_with(max_attempts=2.5)) == "max_attempts"

@@ -1,0 +1,95 @@
+"""Schemathesis hooks of the conformance test (loaded through SCHEMATHESIS_HOOKS).
+
+- `format: cron` gets a strategy of valid expressions (every field in range, firing at
+  least once), as a client reading the format's description would write them.
+- Constraints between fields, which JSON Schema cannot state and /openapi.json names in
+  descriptions, are kept by putting generated ranges in order before they are sent:
+  `end_at` after `start_at`; a backfill `end` not before `start` and at most ten years
+  after it. Every other value goes out as generated.
+- The one exclusion: `POST /v1/leases` is a long poll. A `wait_s` within the range the
+  schema declares (`x-long-poll`) keeps the request open that long when no run is due, so
+  generated values in range are shortened to `LONG_POLL_CAP_S`; values outside the range
+  are sent as generated (the server must refuse them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import schemathesis
+from hypothesis import strategies as st
+
+from raftcron.core.backfill import MAX_BACKFILL_SPAN_MS
+
+LONG_POLL_CAP_S = 0.2
+
+
+def _field(lo: int, hi: int) -> st.SearchStrategy[str]:
+    """One cron field: `*`, a value, a range, a step, a list, or `H`."""
+    value = st.integers(lo, hi)
+    ranged = st.tuples(value, value).map(lambda ab: f"{min(ab)}-{max(ab)}")
+    step = st.tuples(st.sampled_from(["*", "H"]), st.integers(1, hi - lo + 1)).map(
+        lambda s: f"{s[0]}/{s[1]}")
+    single = st.one_of(st.just("*"), st.just("H"), value.map(str), ranged, step)
+    return st.lists(single, min_size=1, max_size=3).map(",".join)
+
+
+# Day of month at most 28: every month has it, so every expression fires.
+CRON = st.one_of(
+    st.sampled_from(["@yearly", "@monthly", "@weekly", "@daily", "@hourly", "@midnight"]),
+    st.tuples(st.one_of(st.none(), _field(0, 59)), _field(0, 59), _field(0, 23),
+              _field(1, 28), _field(1, 12), _field(0, 6)).map(
+        lambda f: " ".join(x for x in f if x is not None)),
+)
+schemathesis.openapi.format("cron", CRON)
+
+
+def _instant_ms(text: Any) -> int | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(text.replace("z", "Z")).timestamp() * 1000)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
+    """Put generated ranges in order (swap the ends, or drop an optional `end_at` equal
+    to `start_at`); ends that are not instants are left as generated."""
+    if operation_path.endswith("/backfill"):
+        start, end = _instant_ms(body.get("start")), _instant_ms(body.get("end"))
+        if start is not None and end is not None:
+            if end < start:
+                body["start"], body["end"] = body["end"], body["start"]
+            if abs(end - start) > MAX_BACKFILL_SPAN_MS:
+                body["end"] = body["start"]
+        return
+    jobs = body.get("jobs")
+    for item in jobs if isinstance(jobs, list) else [body]:
+        schedule = item.get("schedule") if isinstance(item, dict) else None
+        if not isinstance(schedule, dict):
+            continue
+        start, end = _instant_ms(schedule.get("start_at")), _instant_ms(schedule.get("end_at"))
+        if start is not None and end is not None and end <= start:
+            if end < start:
+                schedule["start_at"], schedule["end_at"] = schedule["end_at"], schedule["start_at"]
+            else:
+                schedule["end_at"] = None
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: Any) -> None:
+    """Every phase sends through here (filters and maps apply to some phases only)."""
+    if case.operation.path.endswith("/backfill-preview") and isinstance(case.query, dict):
+        _keep_ranges_ordered("/backfill", case.query)
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    _keep_ranges_ordered(case.operation.path, body)
+    long_poll = case.operation.definition.raw.get("x-long-poll") or {}
+    field = long_poll.get("parameter")
+    wait = body.get(field) if field else None
+    if isinstance(wait, int | float) and not isinstance(wait, bool) \
+            and LONG_POLL_CAP_S < wait <= long_poll["max_s"]:
+        body[field] = LONG_POLL_CAP_S

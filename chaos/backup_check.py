@@ -1,9 +1,11 @@
 """One backup -> restore check of the digest, taken while the run's load goes on.
 
 The harness stops the leader and one follower (SIGSTOP), so the other follower can apply
-nothing more and stands still at one index N. It reads that node's digest, downloads a
-backup from it with `raftcron backup`, reads its digest again, and lets the two others go
-on (a pause of a few seconds, like the `pause-two` fault). The backup is restored with
+nothing more and stands still at one index N. It downloads a backup from that node with
+`raftcron backup`, then reads the node's digest (hashing the state takes seconds on a
+loaded node: it is read once), and lets the two others go on (a pause of several seconds,
+like the `pause-two` fault). When the digest's index is the backup's, the node held that
+one state throughout (an applied index never goes back). The backup is restored with
 `raftcron restore` into a fresh directory, opened as a node would open it, and its digest
 is compared with the one the node reported at N. The outcome is one `backup` line in the
 history; the checker (chaos/checks_backup.py) names every way it can go wrong.
@@ -58,13 +60,12 @@ def restored_digest(backup_file: Path, data_dir: Path, env: dict[str, str]) -> s
 
 def frozen_backup(procs: Processes, http: httpx.Client, env: dict[str, str], source: str,
                   others: list[str], backup_file: Path) -> dict[str, Any]:
-    """Stop `others`, then digest, back up and digest `source` again; always resume."""
+    """Stop `others`, back up `source` and read its digest; always resume the others."""
     pids = [p for p in (procs.node_pid(n) for n in others) if p is not None]
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         time.sleep(SETTLE_S)
-        before = _digest(http, procs.urls[source])
         # No barrier: with the others stopped no leader can commit one; the node is still.
         _cli(["backup", "--server", procs.urls[source], "--out", str(backup_file),
               "--no-barrier"], env)
@@ -75,7 +76,7 @@ def frozen_backup(procs: Processes, http: httpx.Client, env: dict[str, str], sou
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    return {"before": before, "after": after, "paused": others,
+    return {"after": after, "paused": others,
             "backup_index": inspect(str(backup_file)).last_applied_index}
 
 
@@ -98,19 +99,16 @@ def backup_restore_check(procs: Processes, history: History, out: Path) -> None:
             backup_file = work / f"backup-{attempt}.db"
             seen = frozen_backup(procs, http, env, source, others, backup_file)
             index = seen["backup_index"]
-            still = (seen["before"]["last_applied_index"] == index
-                     == seen["after"]["last_applied_index"]
-                     and seen["before"]["digest"] == seen["after"]["digest"])
+            still = seen["after"]["last_applied_index"] == index
             if not still:
                 history.write("backup", "note", "backup-moved", op=op, node=source,
-                              attempt=attempt, backup_index=index,
-                              before=seen["before"], after=seen["after"])
+                              attempt=attempt, backup_index=index, after=seen["after"])
                 procs.wait_leader(20)
                 continue
             restored = restored_digest(backup_file, work / f"restored-{attempt}", env)
             history.write("backup", "ok", "backup-restore", op=op, node=source,
                           paused=others, attempt=attempt, index=index,
-                          cluster_digest=seen["before"]["digest"], restored_digest=restored)
+                          cluster_digest=seen["after"]["digest"], restored_digest=restored)
             return
         history.write("backup", "fail", "backup-restore", op=op,
                       error=f"the source moved during every one of {TRIES} tries")

@@ -95,9 +95,13 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
     if not retention or not end:
         return nodes, 0
     observed = run.get("observed") or []
-    horizon = end - retention + CLOCK_SLACK_S
+    # Nodes are read one after another while the leader keeps pruning: each node's horizon
+    # is a retention before the end of its own read (its `final-read` note).
+    read_at = {h["node"]: h["cluster_wall"] for h in run.get("history") or []
+               if h.get("process") == "harness" and h.get("f") == "final-read"}
     if first_instant is not None:
-        _check_observed(rep, observed, first_instant, end - retention + CLOCK_SLACK_S)
+        last_read = max([end, *read_at.values()])
+        _check_observed(rep, observed, first_instant, last_read - retention + CLOCK_SLACK_S)
     seen = last_seen(observed)
     out: dict[str, Any] = {}
     most = 0
@@ -106,6 +110,7 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
             out[nid] = node
             continue
         have = {o["id"] for o in node.get("occurrences", [])}
+        horizon = read_at.get(nid, end) - retention + CLOCK_SLACK_S
         back: list[dict[str, Any]] = []
         for occ_id, (at, o) in sorted(seen.items()):
             if occ_id in have:

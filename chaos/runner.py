@@ -196,11 +196,15 @@ def _monitor(procs: Processes, history: History, stop: threading.Event) -> None:
 
 
 def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
+    """The JSON of a 200 answer, retried a few times; None at once on a 404 (a definite
+    answer: retention prunes occurrences while the final reads run)."""
     for _ in range(5):
         try:
             r = http.get(url, **kw)
             if r.status_code == 200:
                 return r.json()
+            if r.status_code == 404:
+                return None
         except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.5)

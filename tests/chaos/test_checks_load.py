@@ -230,3 +230,18 @@ def test_a_run_without_a_backup_check_is_invalid() -> None:
     run = clean_run()
     run["history"] = [h for h in run["history"] if h.get("process") != "backup"]
     assert set(check(run)["violations"]) == {"backup_missing"}
+
+
+def test_a_node_read_later_may_lack_what_retention_pruned_meanwhile() -> None:
+    run = retention_run()
+    recent = next(o for o in run["final"]["nodes"]["n3"]["occurrences"]
+                  if o["scheduled_for"] == iso(T0 + 22))
+    run["observed"][0]["occurrences"].append(finished(recent))  # finished at T0 + 22.5
+    run["final"]["nodes"]["n3"]["occurrences"].remove(recent)
+    assert set(check(run)["violations"]) == {"retention_early", "lost_instant"}
+    # n3 was read 5 s after the final reads began: its horizon is 5 s later (and the
+    # observations must reach that far).
+    run["observed"][0]["until"] = T0 + 27
+    run["history"].append({"seed": 7, "process": "harness", "type": "note", "f": "final-read",
+                           "node": "n3", "cluster_wall": END + 5, "wall": END + 5, "mono": 0})
+    assert check(run)["violations"] == {}

@@ -174,6 +174,17 @@ class Processes:
             return []
         return [proc.pid, *descendants(proc.pid)]
 
+    def pause_workers(self) -> list[int]:
+        """SIGSTOP every worker with its job processes (stop_all resumes and kills them)."""
+        with self.lock:
+            pids = [pid for wid in sorted(self.workers) for pid in self.worker_tree(wid)]
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            return pids
+
     def kill_worker(self, wid: str) -> int | None:
         with self.lock:
             proc = self.workers.get(wid)

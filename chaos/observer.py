@@ -90,8 +90,10 @@ class Observer:
         out: list[dict[str, Any]] = []
         cursor = None
         while True:
+            # Consistent: a node that is still catching up (back from a partition or a
+            # kill) would answer from its stale state and miss what retention then prunes.
             params = {"since": _iso(since), "until": _iso(until), "limit": PAGE,
-                      **({"cursor": cursor} if cursor else {})}
+                      "consistent": "true", **({"cursor": cursor} if cursor else {})}
             r = self.http.get(self.procs.urls[nid] + "/v1/occurrences", params=params)
             r.raise_for_status()
             page = r.json()

@@ -19,7 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from chaos import checks_effects, checks_inputs, checks_schedule
+from chaos import (
+    checks_backup,
+    checks_effects,
+    checks_inputs,
+    checks_retention,
+    checks_schedule,
+    checks_tenants,
+)
 from chaos.report_model import Report, iso, ts
 
 EDGE_MARGIN_S = 4.0  # DST check: instants this close to the job's creation are not required
@@ -34,7 +41,7 @@ COVERAGE_KINDS = (
     "process_suspension", "lease_expiry", "clock_skew", "partitions", "renewal_delay",
     "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
-    "manual_retries", "leader_kills",
+    "manual_retries", "leader_kills", "quota_skips", "retention_prunes",
 )
 # Every check, by the name its violations carry: the report lists each with its count.
 CHECKS = (
@@ -52,6 +59,12 @@ CHECKS = (
     # this module
     "duplicate_scheduled", "duplicate_manual", "duplicate_sink", "trigger_not_idempotent",
     "rerun_after_success", "dst", "lost_ack",
+    # tenant quotas (checks_tenants)
+    "quota_fires_exceeded", "quota_skip_unjustified", "quota_concurrency_exceeded",
+    # retention (checks_retention)
+    "retention_early", "retention_unfinished", "retention_unobserved",
+    # backup -> restore (checks_backup)
+    "backup_missing", "backup_failed", "backup_digest_mismatch",
 )
 
 
@@ -93,6 +106,12 @@ def load_run(d: Path) -> dict[str, Any]:
         except OSError:
             run[name] = []
             run["missing_files"].append(name)
+    # The observer's file: needed only by a run with retention (checks_retention fails
+    # closed on a run whose meta names a retention and that has no observation).
+    try:
+        run["observed"], run["corrupt_lines"]["observed"] = _jsonl(d / "observed.jsonl")
+    except OSError:
+        run["observed"] = []
     return run
 
 
@@ -103,13 +122,15 @@ def check_run(run: dict[str, Any],
     rep = Report()
     hist = run.get("history") or []
     final = run.get("final") or {}
-    nodes: dict[str, Any] = final.get("nodes") or {}
     attempts = final.get("attempts") or {}
     meta = run.get("meta") or {}
     sink = run.get("sink") or []
     ops = _client_ops(hist)
 
     checks_inputs.check_inputs(rep, run)
+    # Occurrences that retention pruned legitimately are put back (with their observed
+    # state) before any check reads the nodes; everything else absent stays absent.
+    nodes, pruned = checks_retention.restore_pruned(rep, run, _first_created(ops))
     checks_inputs.check_faults(rep, hist)
     checks_inputs.check_digests(rep, final, checks_inputs.expected_nodes(hist))
     _check_duplicates(rep, nodes, sink, ops, attempts)
@@ -120,6 +141,13 @@ def check_run(run: dict[str, Any],
     dst = _check_dst(rep, nodes, ops, window_end)
     sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops)
     _check_acks(rep, nodes, ops)
+    quotas = checks_tenants.tenant_quotas(ops, nodes)
+    quota_skips = checks_tenants.check_fire_quotas(rep, nodes, quotas)
+    all_attempts = checks_effects.merged_attempts(
+        {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
+    peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
+                                            window_end)
+    backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
 
     stats = {
         "failover": _failover(nodes, windows),
@@ -131,7 +159,14 @@ def check_run(run: dict[str, Any],
         "coverage": _coverage(hist, windows, nodes, attempts, run.get("proxy") or [], ops,
                               dst),
         "occurrences": _occ_counts(nodes),
+        "tenants": {"quotas": quotas, "quota_skips": quota_skips,
+                    "peak_concurrent_runs": peak},
+        "retention": {"retention_s": meta.get("retention_s"), "restored_pruned": pruned,
+                      "observations": len(run.get("observed") or [])},
+        "backups_compared": backups,
     }
+    stats["coverage"]["quota_skips"] = quota_skips
+    stats["coverage"]["retention_prunes"] = pruned
     checks_inputs.check_coverage(rep, stats["coverage"], required_coverage)
     unknown = sorted(set(rep.violations) - set(CHECKS))
     counts = {k: len(rep.violations.get(k, [])) for k in (*CHECKS, *unknown)}
@@ -167,6 +202,13 @@ def _client_ops(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif h["op"] in by_op:
             by_op[h["op"]]["done"] = h
     return list(by_op.values())
+
+
+def _first_created(ops: list[dict[str, Any]]) -> float | None:
+    """When the first job was created (no instant before it can be owed)."""
+    times = [op["done"]["cluster_wall"] for op in ops if op["f"] == "create"
+             and (op.get("done") or {}).get("type") == "ok"]
+    return min(times) if times else None
 
 
 def _reference_node(nodes: dict[str, Any]) -> str | None:

@@ -37,17 +37,33 @@ DURATIONS: dict[str, tuple[float, float]] = {
 }
 
 
+# Fault pairs (`--profile long`): a fault on the nodes, and a second one that starts while
+# the first is on. The second is drawn from kinds whose start cannot depend on the first
+# (workers, the ack-loss proxy, clocks, a bridge cut), so a pair never fails to start only
+# because its first half took the second's target away.
+PAIR_SECOND_KINDS = ("worker-crash", "worker-pause", "ack-loss", "clock-bump",
+                     "clock-strobe", "partition-bridge")
+PAIR_FIRST_KINDS = tuple(k for k in CI_KINDS if k not in PAIR_SECOND_KINDS)
+CLOCK_KINDS = ("clock-bump-leader", "clock-bump", "clock-strobe")
+
+
 @dataclass
 class Planned:
     kind: str
     duration_s: float
     gap_s: float
     draw: random.Random = field(repr=False)
+    # `long`: a second fault started `partner_after_s` into this one, both on at once.
+    partner: Planned | None = None
+    partner_after_s: float = 0.0
+
+    def kinds(self) -> list[str]:
+        return [self.kind] + ([self.partner.kind] if self.partner else [])
 
 
 def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
-    """The fault schedule. ci: every kind once, shuffled. long and soak: random kinds,
-    one at a time, until the budget is used."""
+    """The fault schedule. ci: every kind once, shuffled. long: random overlapping pairs
+    until the budget is used; soak: random kinds, one at a time."""
     rng = random.Random(seed)
     out: list[Planned] = []
     if profile == "ci":
@@ -59,6 +75,20 @@ def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
                                random.Random(rng.getrandbits(64))))
         return out
     used = 0.0
+    if profile == "long":
+        while used < budget_s:
+            first = rng.choice(PAIR_FIRST_KINDS)
+            seconds = [k for k in PAIR_SECOND_KINDS
+                       if not (first in CLOCK_KINDS and k in CLOCK_KINDS)]
+            p = _drawn(rng, first, 1.5)
+            second = _drawn(rng, rng.choice(seconds), 1.0)
+            # The second starts while the first is on (instant faults such as
+            # rolling-deploy and renewal-delay do their work as they start).
+            p.partner, p.partner_after_s = second, rng.uniform(0, max(p.duration_s, 0.5) * 0.7)
+            p.gap_s = rng.uniform(5, 15)
+            out.append(p)
+            used += max(p.duration_s, p.partner_after_s + second.duration_s) + p.gap_s + 10
+        return out
     while used < budget_s:
         kind = rng.choice(CI_KINDS)
         lo, hi = DURATIONS[kind]
@@ -67,6 +97,11 @@ def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
         out.append(p)
         used += p.duration_s + p.gap_s + 8
     return out
+
+
+def _drawn(rng: random.Random, kind: str, stretch: float) -> Planned:
+    lo, hi = DURATIONS[kind]
+    return Planned(kind, rng.uniform(lo, hi * stretch), 0.0, random.Random(rng.getrandbits(64)))
 
 
 class Nemesis:
@@ -115,7 +150,20 @@ class Nemesis:
         tmp.write_text(f"{offset_s}\n")
         tmp.replace(path)
 
-    # --- one fault -------------------------------------------------------------------------
+    # --- one fault, or a pair ----------------------------------------------------------------
+
+    def run_planned(self, p: Planned, stop_requested: threading.Event) -> None:
+        """Run `p`; with a partner, start the partner `partner_after_s` into `p` (on its
+        own thread: both faults are on at once) and return when both have stopped."""
+        if p.partner is None:
+            self.run(p, stop_requested)
+            return
+        first = threading.Thread(target=self.run, args=(p, stop_requested),
+                                 name=f"nemesis-{p.kind}")
+        first.start()
+        stop_requested.wait(p.partner_after_s)
+        self.run(p.partner, stop_requested)
+        first.join()
 
     def run(self, p: Planned, stop_requested: threading.Event) -> None:
         op = self.history.new_id()

@@ -24,6 +24,9 @@ RAFT_PORT = 7000
 SINK_PORT = 9100
 PROXY_PORT_BASE = 9200
 CLOCK_DIR = Path(__file__).resolve().parent / "clock"
+# Retention in every chaos cluster: finished history older than this is pruned during the
+# run, and the checker must tell pruned history from lost instants (chaos/checks_retention).
+RETENTION_S = 120
 
 
 def write_tokens(root: Path) -> tuple[str, str]:
@@ -45,7 +48,7 @@ def write_configs(root: Path, n: int) -> dict[str, Path]:
         lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
                  f'raft_addr = "{node_ip(i)}:{RAFT_PORT}"', f'http_host = "{node_ip(i)}"',
                  f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
-                 'tokens_file = "tokens.json"', ""]
+                 'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"', ""]
         for j, other in enumerate(ids, start=1):
             if other != nid:
                 lines += ["[[peers]]", f'id = "{other}"',
@@ -170,6 +173,17 @@ class Processes:
         if proc is None or proc.poll() is not None:
             return []
         return [proc.pid, *descendants(proc.pid)]
+
+    def pause_workers(self) -> list[int]:
+        """SIGSTOP every worker with its job processes (stop_all resumes and kills them)."""
+        with self.lock:
+            pids = [pid for wid in sorted(self.workers) for pid in self.worker_tree(wid)]
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            return pids
 
     def kill_worker(self, wid: str) -> int | None:
         with self.lock:

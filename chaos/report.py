@@ -62,7 +62,11 @@ def write_report(d: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
               "## Fenced sink", "", f"`{json.dumps(sink)}`",
               "", "## DST", "", f"`{json.dumps(st['dst'])}`", "",
               "## Client operations", "", f"`{json.dumps(st['client_ops'])}`", "",
-              "## Occurrences (reference node)", "", f"`{json.dumps(st['occurrences'])}`", ""]
+              "## Occurrences (reference node)", "", f"`{json.dumps(st['occurrences'])}`", "",
+              "## Tenant quotas", "", f"`{json.dumps(st.get('tenants'))}`", "",
+              "## Retention", "", f"`{json.dumps(st.get('retention'))}`", "",
+              "## Backup -> restore", "", f"digests compared: {st.get('backups_compared')}",
+              ""]
     if summary["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"][:50]]
     png = _timeline(d, summary)

@@ -16,16 +16,18 @@ from typing import Any
 
 import httpx
 
+from chaos.backup_check import backup_restore_check
 from chaos.history import History
 from chaos.nemesis import Nemesis, plan
 from chaos.netns import Netns
-from chaos.procs import Processes
+from chaos.observer import Observer
+from chaos.procs import RETENTION_S, Processes
 from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
 
 QUIET_S = 6.0  # >= 3 x the election timeout (0.3-0.6 s) with a wide margin
 CI_FAULT_DEADLINE_S = 280.0  # leaves room for the final heal, quiet window and reads
 PROFILES = {"ci": {"duration": 300.0, "drop_p": 0.08},
-            # By hand: 30 minutes of random faults (chaos/nemesis.py plan), a weekly run.
+            # By hand: 30 minutes of random fault pairs, two overlapping (chaos/nemesis.py).
             "long": {"duration": 1800.0, "drop_p": 0.05},
             "soak": {"duration": 3600.0, "drop_p": 0.05}}
 
@@ -83,7 +85,8 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
     monitor_stop = threading.Event()
     meta: dict[str, Any] = {"seed": seed, "profile": profile, "base_offset_s": base,
                             "dst_transition": DST_TRANSITION_UTC.isoformat(),
-                            "netns_prefix": prefix, "started_wall": time.time()}
+                            "netns_prefix": prefix, "started_wall": time.time(),
+                            "retention_s": RETENTION_S}
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
@@ -91,6 +94,7 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
 
     signal.signal(signal.SIGTERM, on_signal)
     driver: Driver | None = None
+    observer: Observer | None = None
     t0 = time.monotonic()
     try:
         history.write("harness", "note", "setup", base_offset_s=base, profile=profile)
@@ -112,14 +116,24 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         driver.create_jobs()
         meta["jobs_created_cluster_wall"] = time.time() + base
         driver.start()
+        observer = Observer(procs, out, base)
+        observer.start()
         schedule = plan(seed, profile, budget)
-        history.write("harness", "note", "plan", kinds=[p.kind for p in schedule],
-                      durations=[round(p.duration_s, 3) for p in schedule])
-        print(f"chaos: {len(schedule)} faults planned: {[p.kind for p in schedule]}",
+        history.write("harness", "note", "plan", kinds=[k for p in schedule for k in p.kinds()],
+                      durations=[round(p.duration_s, 3) for p in schedule],
+                      pairs=[p.kinds() for p in schedule if p.partner])
+        print(f"chaos: {len(schedule)} faults planned: {[p.kinds() for p in schedule]}",
               flush=True)
         time.sleep(5)
-        for p in schedule:
-            if stop.is_set() or (profile != "ci" and time.monotonic() - t0 > budget):
+        backup_at = len(schedule) // 2  # one backup -> restore check, mid-run
+        for i, p in enumerate(schedule):
+            if i == backup_at and not stop.is_set():
+                print(f"chaos: +{time.monotonic() - t0:6.1f}s backup -> restore check",
+                      flush=True)
+                backup_restore_check(procs, history, out)
+            # long and soak plans are sized to their budget (nemesis.plan): every planned
+            # fault runs, since the checker calls a planned fault that never ran a violation.
+            if stop.is_set():
                 break
             if profile == "ci" and time.monotonic() - t0 > CI_FAULT_DEADLINE_S:
                 # Recorded as a nemesis event: the checker calls the run INVALID
@@ -127,9 +141,9 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
                 history.write("nemesis", "skipped", p.kind, reason="ci-deadline")
                 print(f"chaos: ci deadline reached, {p.kind} skipped", flush=True)
                 continue
-            print(f"chaos: +{time.monotonic() - t0:6.1f}s {p.kind} ({p.duration_s:.1f}s)",
-                  flush=True)
-            nemesis.run(p, stop)
+            print(f"chaos: +{time.monotonic() - t0:6.1f}s {' + '.join(p.kinds())} "
+                  f"({p.duration_s:.1f}s)", flush=True)
+            nemesis.run_planned(p, stop)
             procs.wait_leader(20)
             stop.wait(p.gap_s)
         history.write("harness", "note", "final-heal-begin")
@@ -142,7 +156,16 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         meta["final_reads_cluster_wall"] = time.time() + base
         history.write("harness", "note", "final-reads-begin")
         monitor_stop.set()
+        # The workers' leases and completions are most of the log's entries: stopped for
+        # the final reads, the nodes' applied indexes move slowly enough to meet at one
+        # index for the digest barrier (on a loaded machine, 90 s of sampling at 15
+        # entries/s found none). The ticker, sweeper and retention still run.
+        paused = procs.pause_workers()
+        history.write("harness", "note", "workers-paused", pids=paused)
         final_reads(procs, history, out)
+        # The observer ran through the final reads: retention prunes while they run, and
+        # every node's horizon is the end of its own read.
+        observer.close()
         history.write("harness", "note", "done", elapsed_s=round(time.monotonic() - t0, 1))
         meta["elapsed_s"] = time.monotonic() - t0
         meta["driver_counts"] = driver.counts
@@ -154,6 +177,8 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         monitor_stop.set()
         if driver is not None:
             driver.stop_event.set()
+        if observer is not None:
+            observer.stop.set()
         try:
             nemesis.heal_all() if not stop.is_set() else nemesis._resume()
         except Exception:
@@ -179,11 +204,15 @@ def _monitor(procs: Processes, history: History, stop: threading.Event) -> None:
 
 
 def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
+    """The JSON of a 200 answer, retried a few times; None at once on a 404 (a definite
+    answer: retention prunes occurrences while the final reads run)."""
     for _ in range(5):
         try:
             r = http.get(url, **kw)
             if r.status_code == 200:
                 return r.json()
+            if r.status_code == 404:
+                return None
         except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.5)
@@ -248,7 +277,9 @@ def final_reads(procs: Processes, history: History, out: Path) -> None:
                              "nodes": {}}
     for nid in procs.ids:
         base = procs.urls[nid]
-        node: dict[str, Any] = {"cluster": _get(http, base + "/v1/cluster")}
+        node: dict[str, Any] = {"cluster": _get(http, base + "/v1/cluster"),
+                                "tenants": (_get(http, base + "/v1/tenants") or {}).get(
+                                    "tenants")}
         jobs: list[dict[str, Any]] = []
         cursor = None
         while True:

@@ -108,6 +108,24 @@ def job_specs() -> list[dict[str, Any]]:
     ]
 
 
+# A second tenant beside `default`, with quotas small enough to bind: its jobs offer 240
+# fires a minute against a quota of 30 (the rest are skipped as `quota`), and each run takes
+# over 2 s, so the first seconds of every minute want more than 3 runs at once. The backlog
+# this leaves (about 20 runs) is worked off within ~20 s, inside the stuck-check limit that
+# the 20 s heartbeat timeout gives.
+QUOTA_TENANT = "t2"
+TENANT_QUOTAS = {"max_jobs": 10, "max_concurrent_runs": 3, "max_fires_per_minute": 30}
+
+
+def tenant_specs() -> list[dict[str, Any]]:
+    """The quota tenant's jobs: four every-second jobs that sleep 2 s, then write."""
+    return [{"id": f"{QUOTA_TENANT}-{i}", "tenant": QUOTA_TENANT,
+             "schedule": {"cron": "* * * * * *"}, "overlap_policy": "allow",
+             "misfire_policy": "skip", "misfire_grace_s": 2,
+             "target": {"shell": effect_cmd(2)}, "heartbeat_timeout_s": 20,
+             "retry_backoff_s": 1, "max_attempts": 3} for i in range(4)]
+
+
 EDIT_CRONS = ("*/2 * * * * *", "*/3 * * * * *")
 
 
@@ -204,8 +222,18 @@ class Driver:
     def cluster_now(self) -> float:
         return time.time() + self.base_offset_s
 
+    def create_tenants(self) -> None:
+        """Set the quota tenant's quotas before any of its jobs exists (recorded as a
+        `tenant` operation: the checker reads the quotas from it)."""
+        type_, _ = self.client.retried("tenant", "PUT", f"/v1/tenants/{QUOTA_TENANT}",
+                                       body=TENANT_QUOTAS, tenant=QUOTA_TENANT)
+        if type_ != "ok":
+            raise RuntimeError(f"could not set the quotas of tenant {QUOTA_TENANT}")
+
     def create_jobs(self, load: bool = True) -> None:
-        specs = job_specs() + (load_specs(self.procs.sink_url) if load else [])
+        self.create_tenants()
+        specs = job_specs() + tenant_specs() + (
+            load_specs(self.procs.sink_url) if load else [])
         for spec in specs:
             type_, _ = self.client.retried("create", "POST", "/v1/jobs", body=spec,
                                            headers={"Idempotency-Key": f"create-{spec['id']}"},

@@ -76,6 +76,11 @@ def clean_run() -> dict[str, Any]:
                  "leader": "n1", "epoch": 3, "term": 3},
                 {"seed": 7, "process": "nemesis", "type": "stop", "f": "kill-leader", "op": 3,
                  "cluster_wall": T0 + 16, "wall": T0 + 16, "mono": 0}]
+    history += [{"seed": 7, "process": "backup", "type": t, "f": "backup-restore", "op": 4,
+                 "cluster_wall": T0 + 20, "wall": T0 + 20, "mono": 0, **fields}
+                for t, fields in (("invoke", {}), ("ok", {"node": "n2", "index": 50,
+                                                          "cluster_digest": "d50",
+                                                          "restored_digest": "d50"}))]
     node = {"cluster": {"term": 4}, "jobs": [{"id": "j", "version": 1,
                                              "schedule": {"cron": "*/2 * * * * *",
                                                           "timezone": "UTC", "dst_gap": "auto",

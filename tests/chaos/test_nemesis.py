@@ -51,3 +51,44 @@ def test_fault_on_a_dead_target_is_recorded_as_not_started(tmp_path: Path, kind:
     check_faults(rep, lines)
     assert [v["kind"] for v in rep.violations["fault_not_started"]] == [kind]
     assert "fault_not_started" in check_run({"history": lines})["verdict"]["violations"]
+
+
+def test_long_profile_plans_overlapping_pairs_for_its_budget() -> None:
+    from chaos.nemesis import CLOCK_KINDS, PAIR_FIRST_KINDS, PAIR_SECOND_KINDS, plan
+
+    pairs = plan(5, "long", 1800)
+    assert pairs and all(p.partner is not None for p in pairs)
+    for p in pairs:
+        assert p.partner is not None
+        assert p.kind in PAIR_FIRST_KINDS and p.partner.kind in PAIR_SECOND_KINDS
+        assert not (p.kind in CLOCK_KINDS and p.partner.kind in CLOCK_KINDS)
+        assert p.partner_after_s <= max(p.duration_s, 0.5) * 0.7  # starts while p is on
+    planned = sum(max(p.duration_s, p.partner_after_s + p.partner.duration_s) + p.gap_s + 10
+                  for p in pairs if p.partner)
+    assert 1800 <= planned < 1800 + 80
+    assert [p.kinds() for p in plan(5, "long", 1800)] == [p.kinds() for p in pairs]
+    assert all(p.partner is None for p in plan(5, "ci", 300))
+
+
+class Recorder(Nemesis):
+    """Records when each fault's run begins and ends instead of causing it."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    def run(self, p: Planned, stop_requested: threading.Event) -> None:
+        import time
+
+        began = time.monotonic()
+        stop_requested.wait(p.duration_s)
+        self.spans[p.kind] = (began, time.monotonic())
+
+
+def test_a_pair_runs_both_faults_at_once() -> None:
+    first = Planned("kill-leader", 0.6, 0.0, random.Random(1))
+    first.partner = Planned("ack-loss", 0.3, 0.0, random.Random(2))
+    first.partner_after_s = 0.1
+    nemesis = Recorder()
+    nemesis.run_planned(first, threading.Event())
+    (a0, a1), (b0, b1) = nemesis.spans["kill-leader"], nemesis.spans["ack-loss"]
+    assert a0 < b0 < a1 and b1 <= a1 + 0.05

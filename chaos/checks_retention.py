@@ -1,0 +1,134 @@
+"""Retention: pruned history is not lost history, and lost history is not "pruned".
+
+Every node deletes finished occurrences a retention after they finished (meta.json's
+`retention_s`), so the final reads lack the start of the run. The observer
+(chaos/observer.py) read every instant at an age where nothing could have pruned it yet;
+this module puts each occurrence the final read of a node lacks back into that node's list,
+with its last observed state, when (and only when) retention may have removed it:
+
+- retention_early: absent although it finished less than a retention before the final
+  read (plus the leader clock bound): retention cannot have removed it, so it was lost;
+- retention_unfinished: absent although it was last seen unfinished less than a
+  retention before the final read: only finished history may be pruned;
+- retention_unobserved: the observations leave instants unread that are old enough to
+  have been pruned (no observation at all, or a gap between two): the checks downstream
+  could not tell pruned from lost there, and the run is not evidence.
+
+An instant absent from the final read that no observation saw is left absent, so the
+schedule checks still call it lost: retention explains only what was seen, finished.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.report_model import Report, iso, ts
+
+FINISHED = ("succeeded", "failed", "skipped", "cancelled")
+# The leader stamps `now` in the Prune command; the clock guard keeps it within 0.5 s of
+# the others. A node also prunes from occurrences' finish times, stamped by the same
+# clocks: 1 s covers both.
+CLOCK_SLACK_S = 1.0
+
+
+def observed_bands(observed: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The instant ranges the successful observations covered, merged and sorted."""
+    bands = sorted((o["since"], o["until"]) for o in observed if o.get("node"))
+    merged: list[tuple[float, float]] = []
+    for lo, hi in bands:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _check_observed(rep: Report, observed: list[dict[str, Any]], first_instant: float,
+                    horizon: float) -> None:
+    """Instants in [first_instant, horizon) are old enough to be pruned: all must have been
+    read by some observation."""
+    if horizon <= first_instant:
+        return
+    bands = observed_bands(observed)
+    if not bands:
+        rep.add("retention_unobserved", since=iso(first_instant), until=iso(horizon),
+                problem="no observation succeeded: pruned and lost instants look alike")
+        return
+    cursor = first_instant
+    for lo, hi in bands:
+        if lo > cursor and cursor < horizon:
+            rep.add("retention_unobserved", since=iso(cursor), until=iso(min(lo, horizon)),
+                    problem="no observation read these instants")
+        cursor = max(cursor, hi)
+    if cursor < horizon:
+        rep.add("retention_unobserved", since=iso(cursor), until=iso(horizon),
+                problem="no observation read these instants")
+
+
+def last_seen(observed: list[dict[str, Any]]) -> dict[str, tuple[float, dict[str, Any]]]:
+    """occurrence id -> (when, occurrence) of its latest observation."""
+    out: dict[str, tuple[float, dict[str, Any]]] = {}
+    for o in sorted((o for o in observed if o.get("node")), key=lambda o: o["cluster_wall"]):
+        for occ in o.get("occurrences") or []:
+            out[occ["id"]] = (o["cluster_wall"], occ)
+    return out
+
+
+def observed_attempts(observed: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """occurrence id -> its attempts, from the latest observation that read them."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for o in sorted((o for o in observed if o.get("node")), key=lambda o: o["cluster_wall"]):
+        out.update(o.get("attempts") or {})
+    return out
+
+
+def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
+                   ) -> tuple[dict[str, Any], int]:
+    """The final nodes with every legitimately pruned occurrence put back (marked
+    `pruned`), and how many were put back on the node that lacked the most. Unchanged
+    when the run had no retention."""
+    meta = run.get("meta") or {}
+    final = run.get("final") or {}
+    nodes: dict[str, Any] = final.get("nodes") or {}
+    retention = meta.get("retention_s")
+    end = meta.get("final_reads_cluster_wall")
+    if not retention or not end:
+        return nodes, 0
+    observed = run.get("observed") or []
+    # Nodes are read one after another while the leader keeps pruning: each node's horizon
+    # is a retention before the end of its own read (its `final-read` note).
+    read_at = {h["node"]: h["cluster_wall"] for h in run.get("history") or []
+               if h.get("process") == "harness" and h.get("f") == "final-read"}
+    if first_instant is not None:
+        last_read = max([end, *read_at.values()])
+        _check_observed(rep, observed, first_instant, last_read - retention + CLOCK_SLACK_S)
+    seen = last_seen(observed)
+    out: dict[str, Any] = {}
+    most = 0
+    for nid, node in nodes.items():
+        if node.get("occurrences_incomplete"):
+            out[nid] = node
+            continue
+        have = {o["id"] for o in node.get("occurrences", [])}
+        horizon = read_at.get(nid, end) - retention + CLOCK_SLACK_S
+        back: list[dict[str, Any]] = []
+        for occ_id, (at, o) in sorted(seen.items()):
+            if occ_id in have:
+                continue
+            finished = ts(o.get("finished_at"))
+            if o["status"] in FINISHED and finished is not None:
+                if finished >= horizon:
+                    rep.add("retention_early", node=nid, occurrence=occ_id,
+                            finished_at=o["finished_at"], horizon=iso(horizon),
+                            problem="absent, though it finished after the retention horizon")
+                    continue
+                back.append({**o, "pruned": True})
+            elif at >= horizon:
+                rep.add("retention_unfinished", node=nid, occurrence=occ_id,
+                        status=o["status"], seen_at=iso(at), horizon=iso(horizon),
+                        problem="absent, though last seen unfinished after the horizon")
+            else:
+                back.append({**o, "status": "pruned", "pruned": True})
+        most = max(most, len(back))
+        out[nid] = {**node, "occurrences": list(node.get("occurrences", [])) + back}
+    return out, most

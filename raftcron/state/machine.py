@@ -12,6 +12,7 @@ cluster.raft) rather than continue with a state the others may not have.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -45,6 +46,25 @@ def _begin_epoch(ctx: ApplyContext, cmd: c.BeginEpoch) -> dict[str, Any]:
         (cmd.term, cmd.node_id, cmd.now_ms, ctx.index),
     )
     return ok(epoch=cmd.term, clock_ms=ctx.meta(META_CLOCK))
+
+
+def _not_behind_the_cluster(ctx: ApplyContext, cmd: c.Command) -> c.Command:
+    """A command stamped by a node whose clock is behind, raised to the cluster's time.
+
+    Client writes and worker calls carry the clock of the node that received them, which
+    no guard confirms. A node 262 s behind (a chaos run) stamped completions 262 s in the
+    past: retention pruned those occurrences seconds after they ran, history was lost,
+    and heartbeats set lease deadlines already past. Time must not go backwards in the
+    state, so nothing is stamped before the newest committed leader time (less a small
+    limit: nodes' clocks differ by milliseconds, and those stamps stay as they were).
+    Deterministic: the floor is state."""
+    now = getattr(cmd, "now_ms", None)
+    if not isinstance(now, int):
+        return cmd
+    cluster_ms = ctx.meta(META_CLOCK)
+    if now >= cluster_ms - STAMP_BEHIND_LIMIT_MS:
+        return cmd
+    return dataclasses.replace(cmd, now_ms=cluster_ms)  # type: ignore[type-var]
 
 
 def _barrier(ctx: ApplyContext, cmd: c.Barrier) -> dict[str, Any]:
@@ -83,6 +103,9 @@ assert set(HANDLERS) == set(c.COMMAND_TYPES.values()), "every command needs a ha
 # Leader commands whose decisions depend on time: the newest time they carried is the
 # cluster clock a new leader must not be behind (ARCHITECTURE invariant 6).
 CLOCKED = (c.Claim, c.Lease, c.Sweep)
+# How far behind the cluster's committed time (the newest leader clock, META_CLOCK) a
+# command from any node may be stamped before apply raises its `now_ms` to that time.
+STAMP_BEHIND_LIMIT_MS = 2000
 
 # The key under which a request's hash is kept in its stored result.
 REQUEST_HASH_KEY = "_request_hash"
@@ -148,6 +171,8 @@ class StateMachine:
                 now = cmd.now_ms
                 if now > ctx.meta(META_CLOCK):
                     ctx.set_meta(META_CLOCK, now)
+        elif not isinstance(cmd, c.BeginEpoch):
+            cmd = _not_behind_the_cluster(ctx, cmd)
         if isinstance(cmd, DEDUPED):
             given = getattr(cmd, "request_hash", None)
             row = ctx.conn.execute(

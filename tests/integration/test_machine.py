@@ -1069,3 +1069,42 @@ def test_a_failing_listener_does_not_fail_the_committed_apply(tmp_path):
     assert last_applied(m.conn) == 1
     assert m.apply(2, c.PutJob("r", T0, spec("j"), True))["ok"]
     assert m.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
+
+
+# --- time does not go backwards in the state --------------------------------------------
+
+BEHIND_MS = 262_000  # a chaos run's node clock behind the leader's
+
+
+def test_a_completion_stamped_by_a_node_far_behind_is_raised_to_the_cluster_time(led):
+    """The leader leased at T; the worker reported through a node 262 s behind. The
+    finish is recorded at the cluster's time, not 262 s before the lease, so retention
+    (120 s) keeps the run and its lease deadlines are not already past."""
+    led.create(now=T0)
+    led.fire("j", T0 + MIN)
+    token = lease_one(led, "j", T0 + MIN)
+    late_node_now = T0 + MIN + 500 - BEHIND_MS
+    assert led.hb(att("j", T0 + MIN), token, late_node_now)["ok"]
+    assert led.attempt(att("j", T0 + MIN))["heartbeat_ms"] >= T0 + MIN
+    assert led.complete(att("j", T0 + MIN), token, late_node_now)["ok"]
+    assert led.occurrence(occ("j", T0 + MIN))["finished_ms"] == T0 + MIN
+    led.apply(c.Prune("prune-1", T0 + MIN + 30_000, before_ms=T0 + MIN + 30_000 - 120_000))
+    assert led.occurrence(occ("j", T0 + MIN)) is not None, "pruned 30 s after it ran"
+
+
+def test_stamps_within_the_limit_behind_are_kept_as_sent(led):
+    """Nodes' clocks differ by milliseconds: such stamps are not touched."""
+    led.create(now=T0)
+    led.fire("j", T0 + MIN)
+    token = lease_one(led, "j", T0 + MIN)
+    assert led.complete(att("j", T0 + MIN), token, T0 + MIN - 1_500)["ok"]
+    assert led.occurrence(occ("j", T0 + MIN))["finished_ms"] == T0 + MIN - 1_500
+
+
+def test_a_manual_trigger_through_a_node_far_behind_is_stamped_at_the_cluster_time(led):
+    led.create(now=T0)
+    led.fire("j", T0 + MIN)
+    r = led.apply(c.TriggerManual(led.rid(), T0 + MIN - BEHIND_MS, "j", "key-1"))
+    assert r["ok"], r
+    row = led.one("SELECT scheduled_for_ms, created_ms FROM occurrences WHERE kind = 'manual'")
+    assert row == (T0 + MIN, T0 + MIN)

@@ -50,10 +50,11 @@ def sleep_until_past(instant: int) -> None:
 
 @contextmanager
 def serving_cluster(root: Path, configure: Callable[[LocalCluster], None] | None = None,
-                    ) -> Iterator[LocalCluster]:
-    """A started three-node cluster with a leader and every node answering HTTP; closed
-    on exit. `configure` edits the cluster (e.g. its Raft options) before it starts."""
-    c = LocalCluster(root)
+                    nodes: int = 3) -> Iterator[LocalCluster]:
+    """A started cluster (three nodes unless told) with a leader and every node answering
+    HTTP; closed on exit. `configure` edits the cluster (e.g. its Raft options) before it
+    starts."""
+    c = LocalCluster(root, nodes=nodes)
     if configure is not None:
         configure(c)
     c.start()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from raftcron.testing import LocalCluster
+from tests.system.helpers import serving_cluster
 
 pytestmark = pytest.mark.system
 
@@ -20,14 +21,8 @@ pytestmark = pytest.mark.system
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One real node (a cluster of one) with the admin token."""
-    c = LocalCluster(Path(tmp_path_factory.mktemp("contract")), nodes=1)
-    c.start()
-    try:
-        c.wait_leader(timeout=30)
-        c.wait_serving()
+    with serving_cluster(Path(tmp_path_factory.mktemp("contract")), nodes=1) as c:
         yield c
-    finally:
-        c.close()
 
 
 # (method, path, every method the path serves): paths served by several routes, one

@@ -28,6 +28,7 @@ import pytest
 
 from raftcron.core.schedule import ScheduleError, compile_schedule
 from raftcron.testing import LocalCluster
+from tests.system.helpers import serving_cluster
 
 pytestmark = pytest.mark.system
 
@@ -46,16 +47,10 @@ def is_cron(text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(Path(tmp_path_factory.mktemp("agreement")), nodes=1)
-    c.start()
-    try:
-        c.wait_leader(timeout=30)
-        c.wait_serving()
+    with serving_cluster(Path(tmp_path_factory.mktemp("agreement")), nodes=1) as c:
         job = {"id": "agree", "schedule": {"cron": "0 9 * * *"}, "target": {"shell": "true"}}
         assert c.post("n1", "/v1/jobs", job).status_code == 201
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

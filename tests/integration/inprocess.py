@@ -9,6 +9,7 @@ real state machine, as a one-node cluster would after commit. Requests go throug
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import httpx
 from starlette.applications import Starlette
 
 from raftcron.api.app import create_app
+from raftcron.auth import create_token
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
 from raftcron.state import db
@@ -49,6 +51,17 @@ class InProcessNode:
 
     def open_reader(self) -> sqlite3.Connection:
         return db.open_reader(self.config.db_path)
+
+    def require_tokens(self, root: Path) -> dict[str, str]:
+        """Turn authentication on with a tokens file of the usual principals: `ops`
+        (admin), `acme-bot` and `other-bot` (tenants acme and other), `reader` (read) and
+        `runner` (worker). Returns each one's token by name."""
+        tokens = str(root / "tokens.json")
+        made = {name: create_token(tokens, scopes, name) for name, scopes in {
+            "ops": ["admin"], "acme-bot": ["tenant:acme"], "other-bot": ["tenant:other"],
+            "reader": ["read"], "runner": ["worker"]}.items()}
+        self.config = dataclasses.replace(self.config, auth_off=False, tokens_file=tokens)
+        return made
 
     def close(self) -> None:
         self.writer.close()

@@ -3,7 +3,6 @@ with real bearer tokens: who may act, what the history keeps, what is refused.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
@@ -14,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from raftcron.auth import create_token
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
 from raftcron.state.digest import digest
@@ -28,12 +26,7 @@ class Cluster:
 
     def __init__(self, root: Path) -> None:
         self.node = InProcessNode(root)
-        tokens = str(root / "tokens.json")
-        self.tokens = {name: create_token(tokens, scopes, name) for name, scopes in {
-            "ops": ["admin"], "acme-bot": ["tenant:acme"], "other-bot": ["tenant:other"],
-            "reader": ["read"], "runner": ["worker"]}.items()}
-        self.node.config = dataclasses.replace(self.node.config, auth_off=False,
-                                               tokens_file=tokens)
+        self.tokens = self.node.require_tokens(root)
         self.apply(c.BeginEpoch(1, "n1", T0))
         for job_id, tenant in (("invoices", "acme"), ("payroll", "other")):
             spec = parse_job({"id": job_id, "tenant": tenant, "schedule": "0 9 * * *",

@@ -3,7 +3,6 @@ state machine, with real bearer tokens of two tenants."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from raftcron.auth import create_token
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.model import parse_job
@@ -24,12 +22,7 @@ class Node:
 
     def __init__(self, root: Path) -> None:
         self.node = InProcessNode(root)
-        tokens = str(root / "tokens.json")
-        self.tokens = {name: create_token(tokens, scopes, name) for name, scopes in {
-            "ops": ["admin"], "acme-bot": ["tenant:acme"], "other-bot": ["tenant:other"],
-            "reader": ["read"], "runner": ["worker"]}.items()}
-        self.node.config = dataclasses.replace(self.node.config, auth_off=False,
-                                               tokens_file=tokens)
+        self.tokens = self.node.require_tokens(root)
         self.now = int(time.time() * 1000)
         self.apply(c.BeginEpoch(1, "n1", self.now - 3_600_000))
         for job_id, tenant, schedule in (

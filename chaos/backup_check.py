@@ -25,7 +25,7 @@ import httpx
 
 from chaos.history import History
 from chaos.procs import Processes
-from raftcron.backup import STATE_FILE, BackupError, inspect
+from raftcron.ops.backup import STATE_FILE, BackupError, inspect
 from raftcron.state.db import open_writer
 from raftcron.state.digest import digest
 

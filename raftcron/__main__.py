@@ -1,3 +1,3 @@
-from raftcron.cli import main
+from raftcron.cli.main import main
 
 raise SystemExit(main())

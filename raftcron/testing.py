@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from raftcron.local import local_tokens, write_cluster_configs
+from raftcron.ops.local import local_tokens, write_cluster_configs
 
 
 def free_port_base(count: int, span: int = 200) -> int:

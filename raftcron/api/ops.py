@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
 
-from raftcron import ops
 from raftcron.api.auth import principal_of
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of
+from raftcron.ops import node_ops as ops
 
 
 def _require_admin(request: Request) -> None:

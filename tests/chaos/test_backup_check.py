@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from chaos.backup_check import restored_digest
-from raftcron.backup import write_backup
+from raftcron.ops.backup import write_backup
 from raftcron.state.db import open_writer
 from raftcron.state.digest import digest
 

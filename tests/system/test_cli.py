@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcron.local import write_cluster_configs
+from raftcron.ops.local import write_cluster_configs
 from raftcron.testing import LocalCluster, free_port_base, wait_until
 
 pytestmark = pytest.mark.system

@@ -52,7 +52,7 @@ def test_sigterm_on_the_leader_hands_leadership_over(cluster: LocalCluster) -> N
 
 def _ops_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RAFTCRON_TOKEN": getattr(c, "admin_token", "") or ""}
-    return subprocess.run([sys.executable, "-m", "raftcron.cli_ops", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "raftcron.cli.ops", *args], env=env,
                           capture_output=True, text=True, timeout=120)
 
 

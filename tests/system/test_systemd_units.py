@@ -88,7 +88,7 @@ def test_the_node_unit_keeps_its_state_where_its_sandbox_lets_it_write() -> None
     """ProtectSystem=strict makes everything read-only but the state directory: the data
     dir the node ends up with (a shipped config as /etc/raftcron/node.toml, the unit's
     flags on top) must be in it."""
-    from raftcron.cli import build_parser
+    from raftcron.cli.main import build_parser
     from raftcron.config import load_config
 
     settings = unit_settings(DEPLOY / "raftcron-node.service")

@@ -10,7 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from raftcron.local import wait_for_leader, write_cluster_configs
+from raftcron.ops.local import wait_for_leader, write_cluster_configs
 from raftcron.testing import free_port_base, wait_until
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from raftcron.api.auth import Authenticator, coarse_denial, is_open, node_token
 from raftcron.auth import create_token, principal_from
-from raftcron.cli import build_parser
+from raftcron.cli.main import build_parser
 from raftcron.config import ConfigError, load_config
 
 BASE = ('node_id = "n1"\ndata_dir = "d"\nraft_addr = "127.0.0.1:1"\nhttp_port = 2\n'

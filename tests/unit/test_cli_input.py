@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftcron.cli import main
+from raftcron.cli.main import main
 
 NOWHERE = "http://127.0.0.1:9"
 

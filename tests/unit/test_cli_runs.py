@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cli_runs import OutputFollower, alert_state, duration, outcome
+from raftcron.cli.runs import OutputFollower, alert_state, duration, outcome
 
 
 @pytest.mark.parametrize(("start", "end", "shown"), [

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from raftcron.auth import TokenStore
-from raftcron.cli import main
+from raftcron.cli.deploy_init import SECRET_FILE, TOKENS_FILE, WORKER_TOKEN_FILE
+from raftcron.cli.main import main
 from raftcron.config import NodeConfig, load_config
-from raftcron.deploy_init import SECRET_FILE, TOKENS_FILE, WORKER_TOKEN_FILE
 from raftcron.worker.isolation import read_token_file
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -132,7 +132,7 @@ def test_deploy_init_rejects_a_non_numeric_uid(capsys: pytest.CaptureFixture[str
 
 
 def test_the_image_user_is_the_uid_deploy_init_hands_the_files_to() -> None:
-    from raftcron.deploy_init import IMAGE_UID
+    from raftcron.cli.deploy_init import IMAGE_UID
 
     dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
     assert f"raftcron:x:{IMAGE_UID}:{IMAGE_UID}:" in dockerfile

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from raftcron.api.status import compute_herd
-from raftcron.cli import build_parser
+from raftcron.cli.main import build_parser
 from raftcron.config import ConfigError, load_config
 from raftcron.core.model import parse_job
 

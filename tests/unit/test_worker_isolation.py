@@ -72,9 +72,9 @@ def test_the_cli_exits_2_with_one_line_for_a_readable_token_file(tmp_path: Path)
 
 def test_the_cli_refuses_run_as_when_not_root(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from raftcron import cli
+    from raftcron.cli.main import main
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # this suite may run as root
-    code = cli.main(["worker", "--server", "http://127.0.0.1:9", "--run-as", "nobody"])
+    code = main(["worker", "--server", "http://127.0.0.1:9", "--run-as", "nobody"])
     err = capsys.readouterr().err
     assert code == 2 and err == "raftcron: --run-as needs the worker to run as root\n"

@@ -187,7 +187,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from raftcron.local import run_up
+    from raftcron.ops.local import run_up
 
     if not 1 <= args.nodes <= 7:
         return _fail("--nodes must be between 1 and 7")
@@ -250,7 +250,7 @@ def worker_credentials(args: argparse.Namespace) -> tuple[str | None, Any]:
 # --- API clients -------------------------------------------------------------------------------
 
 def _client(args: argparse.Namespace) -> Any:
-    from raftcron.client import Client
+    from raftcron.cli.client import Client
 
     return Client([s for s in args.server.split(",") if s], token=args.token or None)
 
@@ -305,7 +305,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    from raftcron.client import ApiError
+    from raftcron.cli.client import ApiError
 
     client = _client(args)
     try:
@@ -403,7 +403,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
     or differs and was not updated."""
     import uuid
 
-    from raftcron.client import ApiError
+    from raftcron.cli.client import ApiError
     from raftcron.core.errors import ALREADY_EXISTS
 
     data = _read_json(args.file)
@@ -527,14 +527,14 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
-        from raftcron.cli_runs import watch
+        from raftcron.cli.runs import watch
 
         return watch(lambda: _status_once(args), args.interval)
     return _status_once(args)
 
 
 def _status_once(args: argparse.Namespace) -> int:
-    from raftcron.client import ApiError
+    from raftcron.cli.client import ApiError
 
     try:
         st = _client(args).request("GET", "/v1/cluster/nodes", retries=2)
@@ -581,10 +581,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="raftcron", description="A distributed cron on three Raft nodes.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    from raftcron.cli_ops import register as register_ops
+    from raftcron.cli.ops import register as register_ops
 
     register_ops(sub)
-    from raftcron.deploy_init import register as register_deploy
+    from raftcron.cli.deploy_init import register as register_deploy
 
     register_deploy(sub)
 
@@ -697,8 +697,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="refuse a range holding more instants than this "
                                 f"(default {BACKFILL_MAX_INSTANTS:,})")
         a.set_defaults(func=cmd_job)
-    from raftcron.cli_runs import positive_seconds, register_job_runs
-    from raftcron.cli_runs import register as register_runs
+    from raftcron.cli.runs import positive_seconds, register_job_runs
+    from raftcron.cli.runs import register as register_runs
 
     register_job_runs(jsub)
     register_runs(sub, _Parser)

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from raftcron.client import ApiError, Client
+from raftcron.cli.client import ApiError, Client
 from raftcron.core.timefmt import ms_to_local_iso, parse_iso_ms
 
 DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
@@ -123,7 +123,7 @@ def _path(value: str) -> str:
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    from raftcron.cli import _print
+    from raftcron.cli.main import _print
 
     _print(argparse.Namespace(json=False), None, rows, header)
 

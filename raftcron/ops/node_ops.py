@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from pysyncobj import FAIL_REASON
 
-from raftcron import backup
 from raftcron.cluster import membership
 from raftcron.cluster.membership import Member, MembershipError
 from raftcron.cluster.proposer import post_to_loop
+from raftcron.ops import backup
 
 if TYPE_CHECKING:
     from raftcron.node_view import NodeView

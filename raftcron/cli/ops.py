@@ -1,6 +1,6 @@
 """Operations subcommands: `backup`, `restore` and `cluster add-node/remove-node/members`.
 
-`register(sub)` adds them to the `raftcron` parser; `python -m raftcron.cli_ops` runs them
+`register(sub)` adds them to the `raftcron` parser; `python -m raftcron.cli.ops` runs them
 on their own.
 """
 
@@ -60,7 +60,7 @@ def _request(args: argparse.Namespace, method: str, path: str,
 # --- backup / restore -------------------------------------------------------------------------
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from raftcron.backup import BackupError, inspect
+    from raftcron.ops.backup import BackupError, inspect
 
     out = os.path.abspath(args.out)
     if os.path.isdir(out):
@@ -109,7 +109,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from raftcron.backup import BackupError, restore
+    from raftcron.ops.backup import BackupError, restore
 
     try:
         info = restore(args.from_file, args.data_dir, force=args.force)

@@ -22,7 +22,16 @@ from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import errors
-from raftcron.state import alerts, attempts, jobs, occurrences, outbox, tenants, webhook_keys
+from raftcron.state import (
+    alerts,
+    attempts,
+    calendars,
+    jobs,
+    occurrences,
+    outbox,
+    tenants,
+    webhook_keys,
+)
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
 
@@ -80,6 +89,9 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.TriggerManual: occurrences.trigger_manual,
     c.Backfill: occurrences.backfill,
     c.Barrier: _barrier,
+    c.PutCalendar: calendars.put_calendar,
+    c.DeleteCalendar: calendars.delete_calendar,
+    c.BulkPause: calendars.bulk_pause,
     c.Prune: alerts.prune,
     c.PutTenant: tenants.put_tenant,
     c.RetryOutbox: outbox.retry_outbox,
@@ -111,7 +123,8 @@ STAMP_BEHIND_LIMIT_MS = 2000
 REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
-           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction)
+           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
+           c.PutCalendar, c.DeleteCalendar, c.BulkPause)
 
 
 class StateMachine:

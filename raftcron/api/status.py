@@ -149,6 +149,17 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     whole_minutes = bucket_s % 60 == 0 and start_s % 60 == 0
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
+        if job.schedules:  # several schedules: their union, one step per instant
+            counted_jobs += 1
+            for nxt_ms in job.fire_times().iter_after(start_s * 1000 - 1, end_s * 1000 - 1):
+                if seen >= cap:
+                    truncated = True
+                    break
+                seen += 1
+                counts[(nxt_ms // 1000 - start_s) // bucket_s] += 1
+            if truncated:
+                break
+            continue
         try:
             sched = job.compiled()
         except ScheduleError:

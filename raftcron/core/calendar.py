@@ -125,11 +125,9 @@ def parse_calendar(data: Any, name: str) -> Calendar:
     """A validated calendar from client JSON; errors name the field."""
     if not isinstance(data, dict):
         raise ValidationError("body", "must be a JSON object")
-    unknown = sorted(set(data) - {"name", "tenant", "timezone", "exclude"})
-    if unknown:
+    unknown = sorted(set(data) - {"tenant", "timezone", "exclude"})
+    if unknown:  # `name` too: the URL names the calendar
         raise ValidationError(unknown[0], "unknown field")
-    if data.get("name", name) != name:
-        raise ValidationError("name", "does not match the calendar name in the URL")
     tenant = data.get("tenant", "default")
     if not isinstance(tenant, str) or not NAME_RE.fullmatch(tenant):
         raise ValidationError("tenant", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
@@ -190,3 +188,19 @@ def excluding_calendar(calendars: list[CompiledCalendar], at_ms: int) -> str | N
         if cal.excludes(at_ms):
             return cal.name
     return None
+
+
+def without_excluded(instants: list[int], calendars: list[CompiledCalendar]
+                     ) -> tuple[list[int], dict[str, int]]:
+    """`instants` less those a calendar excludes, and how many each calendar took."""
+    if not calendars:
+        return instants, {}
+    kept: list[int] = []
+    excluded: dict[str, int] = {}
+    for t in instants:
+        name = excluding_calendar(calendars, t)
+        if name is None:
+            kept.append(t)
+        else:
+            excluded[name] = excluded.get(name, 0) + 1
+    return kept, excluded

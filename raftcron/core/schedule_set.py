@@ -11,6 +11,7 @@ Pure: no clock, no I/O. It only calls the public functions of core.schedule.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,20 @@ class ScheduleSet:
         while t is not None and (until_ms is None or t <= until_ms):
             yield t
             t = self.next_after(t)
+
+    def iter_between(self, after_s: int, until_s: int) -> Iterator[int]:
+        """The cron instants (seconds) of the union in (after_s, until_s], ascending, each
+        once, without the schedules' start/end bounds: what a backfill lists (the caller
+        names the range), as `CronSchedule.iter_between` does for one schedule."""
+        if len(self.members) == 1:
+            yield from self.members[0].schedule.iter_between(after_s, until_s)
+            return
+        last = None
+        for t in heapq.merge(*(m.schedule.iter_between(after_s, until_s)
+                               for m in self.members)):
+            if t != last:
+                yield t
+                last = t
 
     def describe(self) -> str:
         """In words; several schedules are joined with "; and"."""

@@ -337,6 +337,13 @@ def _op(summary: str, *, body: dict | None = None, body_required: bool = True, o
     return op
 
 
+def _also_created(op: dict) -> dict:
+    """`op` answering 201 as well as 200 (a PUT that creates or replaces)."""
+    op["responses"]["201"] = {"description": "Created",
+                              "content": {JSON: {"schema": JSON_OBJ}}}
+    return op
+
+
 def _path(name: str, schema: dict | None = None) -> dict:
     return {"name": name, "in": "path", "required": True,
             "schema": schema or {"type": "string", "minLength": 1}}
@@ -508,8 +515,9 @@ def _spec() -> dict[str, Any]:
             "/v1/calendars/{name}": {
                 "get": _op("A calendar and the jobs that list it",
                            params=[*TENANT, CONSISTENT], errors=(404,)),
-                "put": _op("Create or replace a calendar (admin, or its tenant)",
-                           body=CALENDAR_INPUT, params=TENANT, errors=RAFT_WRITE),
+                "put": _also_created(_op(
+                    "Create (201) or replace (200) a calendar (admin, or its tenant)",
+                    body=CALENDAR_INPUT, params=TENANT, errors=RAFT_WRITE)),
                 "delete": _op("Delete a calendar; 409 naming the jobs while jobs list it",
                               params=TENANT, errors=(404, *RAFT_WRITE)),
             },

@@ -9,6 +9,7 @@ pause stays within the caller's tenants and records who did it.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter
@@ -194,3 +195,42 @@ def test_bulk_pause_stays_in_the_callers_tenants_and_records_who(
                   200)
     assert sorted(back["job_ids"]) == ["acme-inv", "acme-pay"]
     wait_until(lambda: not paused("acme-inv", acme), 10)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def test_the_cli_puts_calendars_adds_multi_schedule_jobs_and_pauses_by_label(
+        cl: LocalCluster) -> None:
+    from tests.system.test_cli import one_line, raftcron
+
+    server = ["--server", cl.urls[cl.ids[0]]]
+    token = cl.admin_token
+    put = raftcron("calendar", "put", "cli-hol", "--tz", "Europe/Berlin", "--date",
+                   "2026-12-25", "--cron", "* * 24-26 12 *", "--window",
+                   "2026-12-31T18:00:00+01:00/2027-01-01T06:00:00+01:00", "--json", *server,
+                   token=token)
+    assert put.returncode == 0, put.stderr
+    assert len(json.loads(put.stdout)["exclude"]) == 3
+    add = raftcron("job", "add", "cli-multi", "--cron", "0 9 * * 1-5", "--cron", "0 12 * * 6",
+                   "--tz", "Europe/Berlin", "--shell", "true", "--calendar", "cli-hol",
+                   "--label", "team=billing", "--json", *server, token=token)
+    assert add.returncode == 0, add.stderr
+    shown = json.loads(add.stdout)
+    assert [s["cron"] for s in shown["schedules"]] == ["0 9 * * 1-5", "0 12 * * 6"]
+    assert shown["calendars"] == ["cli-hol"] and shown["labels"] == {"team": "billing"}
+    listed = raftcron("job", "list", *server, token=token)
+    assert "0 9 * * 1-5 | 0 12 * * 6" in listed.stdout, listed.stdout
+    pause = raftcron("job", "pause-all", "--label", "team=billing", "--note", "freeze",
+                     "--json", *server, token=token)
+    assert pause.returncode == 0, pause.stderr
+    assert "cli-multi" in json.loads(pause.stdout)["job_ids"]
+    # Refusals: the server's (exit 1, one line) and bad arguments (exit 2, one line).
+    busy = raftcron("calendar", "rm", "cli-hol", *server, token=token)
+    assert busy.returncode == 1 and "cli-multi" in one_line(busy.stderr)
+    bad = raftcron("calendar", "put", "x", "--window", "2026-12-31", *server, token=token)
+    assert bad.returncode == 2 and "--window" in one_line(bad.stderr)
+    both = raftcron("job", "pause-all", "--tenant", "a", "--queue", "b", "--note", "n",
+                    *server, token=token)
+    assert both.returncode == 2 and "exactly one" in one_line(both.stderr)
+    invalid = raftcron("calendar", "put", "x", "--date", "2026-02-30", *server, token=token)
+    assert invalid.returncode == 1 and "exclude.0.date" in one_line(invalid.stderr)

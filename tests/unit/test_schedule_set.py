@@ -93,3 +93,32 @@ def test_bad_schedules_labels_and_calendars_name_the_field(body: dict, field: st
     with pytest.raises(ValidationError) as e:
         job(**body)
     assert e.value.field == field
+
+
+def _two_second_schedules() -> Job:
+    return job(schedules=[{"cron": "*/2 * * * * *"}, {"cron": "*/3 * * * * *"}])
+
+
+def test_the_herd_chart_counts_the_union() -> None:
+    import json
+
+    from raftcron.api.status import compute_herd
+
+    spec = json.dumps(_two_second_schedules().to_spec())
+    herd = compute_herd([spec], T0, 1, 60)
+    assert herd["counts"] == [40] * 60  # 30 even + 20 multiples of 3 - 10 shared, a minute
+
+
+def test_deadlines_look_for_unclaimed_instants_of_the_union() -> None:
+    from raftcron.leader.deadlines import Deadlines
+
+    got = Deadlines._unclaimed(object(), _two_second_schedules().to_spec(),  # type: ignore[arg-type]
+                               T0, T0 + 6000)
+    assert got == [T0 + 2000, T0 + 3000, T0 + 4000, T0 + 6000]
+
+
+def test_a_backfill_lists_the_union_once() -> None:
+    from raftcron.core.backfill import backfill_instants
+
+    got = backfill_instants(_two_second_schedules().fire_times(), T0, T0 + 6000)
+    assert got == [T0, T0 + 2000, T0 + 3000, T0 + 4000, T0 + 6000]

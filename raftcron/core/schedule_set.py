@@ -18,6 +18,10 @@ from typing import Any
 
 from raftcron.core.schedule import CronSchedule, compile_schedule
 
+# 9999-12-31T23:59:59Z: no fire instant lies after it (the schedule engine computes in
+# years up to 9999; asked for an instant after this second it would fail).
+LAST_SECOND = 253_402_300_799
+
 
 @dataclass(frozen=True, slots=True)
 class Member:
@@ -35,7 +39,10 @@ class Member:
         if start is not None and after_ms < start - 1:
             after_ms = start - 1
         # Instants are whole seconds: next_after(floor(after)) is > after as well.
-        nxt = self.schedule.next_after(after_ms // 1000)
+        after_s = after_ms // 1000
+        if after_s >= LAST_SECOND:
+            return None  # e.g. start_at 9999-12-31T23:59:59.999Z: nothing can follow
+        nxt = self.schedule.next_after(after_s)
         if nxt is None:
             return None
         nxt_ms = nxt * 1000

@@ -130,3 +130,15 @@ def test_a_paused_job_records_paused_even_inside_an_exclusion() -> None:
     p.calendars = {"all": _calendar("all", [{"cron": "* * * * *"}])}
     p.upsert(rec("p", "* * * * * *", T0, paused=True, calendars=["all"]))
     assert {i[4] for i in p.due(T0 + 2000)} == {"paused"}
+
+
+def test_a_start_at_in_the_last_second_of_9999_plans_no_instant() -> None:
+    """start_at 9999-12-31T23:59:59.999Z is accepted; the planner asked the schedule for
+    an instant after the last second of 9999 and the leader's ticker raised ValueError
+    (year 10000) loading the job."""
+    r = rec("late", "* * * * * *", T0, schedule={"cron": "* * * * * *",
+                                                 "start_at": "9999-12-31T23:59:59.999Z"})
+    assert r.next_ms is None
+    p = TickPlanner()
+    p.upsert(r)
+    assert p.due(T0 + 5000) == []

@@ -5,10 +5,11 @@ never reads the clock and uses no randomness. All instants are ``int`` UTC epoch
 
 What croniter does, and what is ours
 ------------------------------------
-croniter (7.x) expands every plain field item (``*``, values, month and weekday names,
-ranges, steps, lists) into its values: :func:`_croniter_values`. Ours, and why:
+croniter (7.x) expands every plain field item (``*``, values, ranges, steps, lists) into
+its values: :func:`_croniter_values`. Ours, and why:
 
-* **The grammar check in front of it** (:meth:`_FieldParser.spell`). croniter accepts what
+* **The grammar check in front of it** (:meth:`_FieldParser.spell`), which also turns
+  month and weekday names into numbers (the range checks need them). croniter accepts what
   cron refuses: ``5-1`` as a wrap-around, ``*/61``, ``0005``; it widens an equal range
   (``5-5``) to the whole field, and reads ``7/2`` in day-of-week as ``0,2,4,6`` (cron:
   Sunday only). Such items are refused, or respelled so croniter means what cron means.
@@ -232,8 +233,8 @@ class _FieldParser:
         return lo, hi, step
 
     def spell(self, item: str) -> str:
-        """Validate one plain item (``*``, ``a``, ``a-b``, ``a/n``, ``a-b/n``, names) and
-        return its spelling for croniter, which expands it.
+        """Validate one plain item (``*``, ``a``, ``a-b``, ``a/n``, ``a-b/n``; values may be
+        names) and return its numeric spelling for croniter, which expands it.
 
         These checks are stricter than croniter's, which accepts reversed ranges as
         wrap-arounds, steps wider than the field, numbers of any length, and expands an

@@ -27,8 +27,13 @@ its values: :func:`_croniter_values`. Ours, and why:
   with ``*``: both must), "never fires" (croniter only checks a day past a month's
   length), and **the whole search and DST mapping** below: croniter's own iteration maps
   a nonexistent local time to the next existing one and picks one pass of a fold, with
-  no ``dst_gap``/``dst_fold`` policy, and is far slower on the hot path (the planner and
-  the herd chart expand fires for 33,000+ jobs); ``bench/cron_engine.py`` has the figures.
+  no ``dst_gap``/``dst_fold`` policy, and costs about 8 times as much per fire on the hot
+  path (the planner and the herd chart expand fires for 33,000+ jobs):
+  ``bench/cron_engine.py``, ``bench/results/cron_engine.txt``.
+
+croniter only ever sees digits, ``*``, ``-``, ``/`` and ``,``: names are numbers by then
+and ``H`` is resolved, so its random ``R`` items (and anything else that is not a pure
+function of the text) cannot reach the state machine's ``apply``.
 
 How fire times are found
 ------------------------
@@ -273,7 +278,7 @@ class _FieldParser:
         return set(_croniter_values(self.name, ",".join(items))) if items else set()
 
 
-# croniter's own field order (seconds last when there are six fields) and its value ranges.
+# croniter's own field order (seconds last when there are six fields).
 _CRONITER_POSITION = {"minute": 0, "hour": 1, "day-of-month": 2, "month": 3,
                       "day-of-week": 4, "second": 5}
 

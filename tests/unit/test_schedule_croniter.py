@@ -3,6 +3,7 @@ happens when croniter refuses (mocks only here; the differential tests use the r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -41,6 +42,23 @@ def test_croniter_expands_the_plain_items(cold_caches: None,
             "* * * * * 0"} <= set(asked)
     assert s._fields.minutes == (10, 25, 40) and s._fields.months == (1, 2, 3)
     assert s._fields.dow_values == frozenset({1, 2, 3, 4, 5})
+
+
+def test_croniter_sees_only_digits_and_operators(cold_caches: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names are numbers and H is resolved before croniter: its random R never runs."""
+    asked: list[str] = []
+    real = croniter.expand
+    monkeypatch.setattr(croniter, "expand",
+                        lambda expr, *a, **k: asked.append(expr) or real(expr, *a, **k))
+    for cron in ("H H(1-5) H * SUN-SAT", "*/5 * * JAN,jul MON#2,5L", "@daily", "0 0 L,3W * *",
+                 "H/20 */2 * * * ?", "0 0 1-1/3 DEC/3 7/2"):
+        compile_schedule(cron, hash_key="job-r")
+    assert asked and all(re.fullmatch(r"[0-9*/,\- ]+", e) for e in asked), asked
+    for cron in ("R * * * *", "R(0-5) * * * *", "0 0 * * R"):
+        with pytest.raises(ScheduleError) as e:
+            compile_schedule(cron)
+        assert e.value.field == "schedule.cron"
 
 
 def test_a_croniter_refusal_is_a_schedule_error_without_its_text(

@@ -304,14 +304,16 @@ class RaiseAlert(Command):
 
 @dataclass(frozen=True, slots=True)
 class ConfirmClock(Command):
-    """The leader's clock is confirmed by a majority and it is scheduling: it vouches for
-    the cluster being available from `now_ms` for `valid_ms` (state.availability)."""
+    """The leader's clock is confirmed by a majority and it is scheduling. Proposed after
+    the leader's previous confirmation committed: one at most `max_gap_ms` after the
+    previous one of the epoch proves the cluster available between them
+    (state.availability)."""
 
     TYPE: ClassVar[str] = "confirm_clock"
     LEADER_ONLY: ClassVar[bool] = True
     epoch: int
     now_ms: int
-    valid_ms: int
+    max_gap_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """The leader vouches, about once a second, that the cluster is scheduling.
 
-Each pass commits `ConfirmClock(epoch, now, valid_ms)` while this node's clock is confirmed
-by a majority (the same gate the ticker obeys). Time no committed confirmation covers is
-time the cluster could not schedule (state.availability); deadline alerts for instants in
-it name the cluster as their cause.
+Each pass commits `ConfirmClock(epoch, now, max_gap_ms)` while this node's clock is
+confirmed by a majority (the same gate the ticker obeys), and only once the previous one
+committed: consecutive confirmations close together prove the time between them available
+(state.availability); deadline alerts for instants outside such stretches name the cluster
+as their cause.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from raftcron.core.commands import ConfirmClock
 from raftcron.leader.ticker import LostEpoch, now_ms
 
 PERIOD_S = 1.0
-# How long one confirmation vouches for: a little over two periods, so that a slow pass or
-# a commit held up by a burst leaves no gap, while a leader that stopped (paused, cut off,
-# its clock refused) leaves one within seconds.
-VALID_MS = 2500
+# The spacing of two confirmations that still counts as continuous: a period plus a commit
+# held up by a burst (1.5 s) leaves no gap; a leader that stopped (paused, cut off, its
+# clock refused) or a commit that waited for a majority leaves one.
+MAX_GAP_MS = 2500
 
 
 class ClockConfirmations:
@@ -34,13 +35,15 @@ class ClockConfirmations:
 
     async def run(self) -> None:
         while True:
-            if self.gate():
-                await self.confirm_once()
+            await self.pass_once()
             await asyncio.sleep(self.period_s)
 
-    async def confirm_once(self) -> None:
+    async def pass_once(self) -> None:
+        """Confirm, unless this node's clock is not confirmed (fail closed: no vouching)."""
+        if not self.gate():
+            return
         result = await self.proposer.propose_leader(
-            ConfirmClock(self.epoch, self.clock(), VALID_MS))
+            ConfirmClock(self.epoch, self.clock(), MAX_GAP_MS))
         if not result.get("ok"):
             raise LostEpoch(result.get("message", "clock confirmation refused"))
         self.confirmed += 1

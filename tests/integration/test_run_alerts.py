@@ -247,8 +247,8 @@ def test_run_alerts_of_a_deleted_job_are_resolved(node: Node) -> None:
 
 # --- availability and the cause ------------------------------------------------------------
 
-def confirm(node: Node, now: int, valid: int = 2500, epoch: int | None = None) -> dict:
-    return node.apply(c.ConfirmClock(node.epoch if epoch is None else epoch, now, valid))
+def confirm(node: Node, now: int, max_gap: int = 2500, epoch: int | None = None) -> dict:
+    return node.apply(c.ConfirmClock(node.epoch if epoch is None else epoch, now, max_gap))
 
 
 def stretches(node: Node) -> list[tuple]:
@@ -258,12 +258,24 @@ def stretches(node: Node) -> list[tuple]:
 def test_confirmations_merge_into_stretches_and_a_gap_starts_a_new_one(node: Node) -> None:
     for s in range(0, 5):
         assert confirm(node, T0 + s * SEC)["ok"]
+    confirm(node, T0 + 3 * SEC)  # not after the end: proves nothing new
     confirm(node, T0 + 20 * SEC)
-    assert stretches(node) == [(1, T0, T0 + 6500), (1, T0 + 20 * SEC, T0 + 22_500)]
+    confirm(node, T0 + 22 * SEC)
+    assert stretches(node) == [(1, T0, T0 + 4 * SEC), (1, T0 + 20 * SEC, T0 + 22 * SEC)]
     assert node.begin(2)["ok"]
-    confirm(node, T0 + 21 * SEC)
-    assert stretches(node)[-1] == (2, T0 + 21 * SEC, T0 + 23_500), "an epoch of its own"
-    assert confirm(node, T0 + 22 * SEC, epoch=1)["rejected"] == "stale_epoch"
+    confirm(node, T0 + 23 * SEC)
+    assert stretches(node)[-1] == (2, T0 + 23 * SEC, T0 + 23 * SEC), "an epoch of its own"
+    assert confirm(node, T0 + 24 * SEC, epoch=1)["rejected"] == "stale_epoch"
+
+
+def test_a_confirmation_that_waited_for_its_commit_proves_no_availability(node: Node) -> None:
+    """A majority paused: the confirmation stamped at 5 s committed only at 15 s, and the
+    leader proposed its next one after that. The wait between them is a gap."""
+    for s in range(0, 6):
+        confirm(node, T0 + s * SEC)
+    confirm(node, T0 + 16 * SEC)
+    confirm(node, T0 + 17 * SEC)
+    assert stretches(node) == [(1, T0, T0 + 5 * SEC), (1, T0 + 16 * SEC, T0 + 17 * SEC)]
 
 
 def raise_deadline(node: Node, at: int, deadline: int, reason: str = "missed",
@@ -276,31 +288,36 @@ def raise_deadline(node: Node, at: int, deadline: int, reason: str = "missed",
 
 def test_an_instant_in_a_gap_is_blamed_on_the_cluster(node: Node) -> None:
     for s in range(0, 11):
-        confirm(node, T0 + s * SEC)  # available through T0 + 12.5 s
+        confirm(node, T0 + s * SEC)  # available from T0 through T0 + 10 s
     for s in range(40, 100):
         confirm(node, T0 + s * SEC)  # and from T0 + 40 s on
     covered, in_gap = T0 + 5 * SEC, T0 + 20 * SEC
-    assert raise_deadline(node, covered, covered + 10 * SEC) == (None,), "down 2.5 s of 10"
+    assert raise_deadline(node, covered, covered + 8 * SEC) == (None,), "down 3 s of 8"
     assert raise_deadline(node, in_gap, in_gap + 30 * SEC) == ("cluster_unavailable",)
-    # Covered at the instant, but down for 27.5 of the 50 s until its deadline.
+    # Covered at the instant, but down for 30 of the 50 s until its deadline.
     at = T0 + 10 * SEC
     assert raise_deadline(node, at, at + 50 * SEC, kind="not_started",
                           reason="not_started") == ("cluster_unavailable",)
-    # ... and for 27.5 of 70 s: less than half, the job's own.
+    # ... and for 30 of 70 s: less than half, the job's own.
     at = T0 + 9 * SEC
     assert raise_deadline(node, at, at + 70 * SEC) == (None,)
     payload = next(o for o in outbox(node) if o["alert_id"] == f"deadline:{occ('j', in_gap)}")
     assert payload["cause"] == "cluster_unavailable"
 
 
-def test_failures_old_entries_and_unrecorded_times_carry_no_cause(node: Node) -> None:
+def test_failures_old_entries_and_unknown_times_carry_no_cause(node: Node) -> None:
     confirm(node, T0 + 100 * SEC)
+    confirm(node, T0 + 300 * SEC)
     at = T0 + 200 * SEC  # in a gap
     assert raise_deadline(node, at, at + 10 * SEC, reason="failed") == (None,)
+    assert raise_deadline(node, at + SEC, at + 11 * SEC, reason="running_too_long") == (None,)
     assert raise_deadline(node, at + MIN, at + MIN + 10 * SEC,
                           with_deadline=False) == (None,)
-    before = T0 + 50 * SEC  # before availability was first recorded: unknown
+    assert raise_deadline(node, at + 2 * SEC, at + 12 * SEC) == ("cluster_unavailable",)
+    before = T0 + 50 * SEC  # before availability was first recorded
     assert raise_deadline(node, before, before + 10 * SEC) == (None,)
+    after = T0 + 310 * SEC  # after the newest confirmation: not known yet
+    assert raise_deadline(node, after, after + 10 * SEC) == (None,)
 
 
 def test_the_deadline_duty_hands_apply_the_deadline(node: Node) -> None:
@@ -320,7 +337,50 @@ def test_prune_keeps_recent_stretches(node: Node) -> None:
     confirm(node, T0)
     confirm(node, T0 + MIN)
     confirm(node, T0 + 2 * MIN)
-    node.apply(c.Prune(node.rid(), T0 + 3 * MIN, before_ms=T0 + MIN + 1000))
+    node.apply(c.Prune(node.rid(), T0 + 3 * MIN, before_ms=T0 + 1000))
     assert [s[1] for s in stretches(node)] == [T0 + MIN, T0 + 2 * MIN]
     node.apply(c.Prune(node.rid(), T0 + 3 * MIN, before_ms=T0 + 10 * MIN))
     assert [s[1] for s in stretches(node)] == [T0 + 2 * MIN], "the newest one stays"
+
+
+# --- the leader's confirmations --------------------------------------------------------------
+
+class FakeProposer:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.sent: list[c.Command] = []
+
+    async def propose_leader(self, cmd: c.Command) -> dict:
+        self.sent.append(cmd)
+        return self.node.apply(cmd)
+
+
+def test_a_leader_whose_clock_is_refused_confirms_nothing(node: Node) -> None:
+    """The fail-closed gate: no confirmation without a confirmed clock, so the time it
+    was refused is a gap; a refused proposal (a newer epoch) ends the duty."""
+    import asyncio
+
+    from raftcron.leader.availability import MAX_GAP_MS, ClockConfirmations
+    from raftcron.leader.ticker import LostEpoch
+
+    proposer = FakeProposer(node)
+    now = [T0]
+    duty = ClockConfirmations(node.epoch, proposer, clock=lambda: now[0])  # type: ignore[arg-type]
+    refused = [False]
+    duty.gate = lambda: not refused[0]
+
+    async def scenario() -> None:
+        for step in range(0, 30):
+            refused[0] = 10 <= step < 20
+            now[0] = T0 + step * SEC
+            await duty.pass_once()
+        node.begin(node.epoch + 1)
+        with pytest.raises(LostEpoch):
+            await duty.pass_once()
+
+    asyncio.run(scenario())
+    sent = [cmd.now_ms for cmd in proposer.sent]  # type: ignore[attr-defined]
+    assert sent[:-1] == [T0 + s * SEC for s in (*range(0, 10), *range(20, 30))]
+    assert all(cmd.max_gap_ms == MAX_GAP_MS for cmd in proposer.sent)  # type: ignore[attr-defined]
+    assert stretches(node) == [(1, T0, T0 + 9 * SEC), (1, T0 + 20 * SEC, T0 + 29 * SEC)]
+    assert duty.confirmed == 20

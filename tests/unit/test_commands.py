@@ -49,7 +49,7 @@ SAMPLES: list[c.Command] = [
                  occurrence_id="j1@x", reason="missed", scheduled_for_ms=5,
                  deadline_ms=10),
     c.ResolveAlert(epoch=3, now_ms=15, alert_id="al"),
-    c.ConfirmClock(epoch=3, now_ms=15, valid_ms=2500),
+    c.ConfirmClock(epoch=3, now_ms=15, max_gap_ms=2500),
     c.AckOutbox(epoch=3, now_ms=16, outbox_id=9, delivered=False, error="503"),
     c.RouteOutbox(epoch=3, now_ms=16, routes=[[9, [["http://h/x", "cluster"],
                                                    ["http://t/y", "tenant:acme"]]], [10, []]]),

@@ -384,3 +384,39 @@ def test_a_leader_whose_clock_is_refused_confirms_nothing(node: Node) -> None:
     assert all(cmd.max_gap_ms == MAX_GAP_MS for cmd in proposer.sent)  # type: ignore[attr-defined]
     assert stretches(node) == [(1, T0, T0 + 9 * SEC), (1, T0 + 20 * SEC, T0 + 29 * SEC)]
     assert duty.confirmed == 20
+
+
+# --- a state from before run alerts ------------------------------------------------------------
+
+def test_a_database_from_before_run_alerts_is_migrated_and_digests_as_before(
+        tmp_path: Path) -> None:
+    """The previous version's state (no `alerts.cause`, no availability or streak tables)
+    opens, keeps its open alert, and digests like a node of that version until the new
+    features write something (a rolling upgrade waits for equal digests)."""
+    import sqlite3
+
+    from raftcron.state.db import schema_sql
+    from raftcron.state.digest import digest
+
+    def previous_version(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.executescript(schema_sql())
+        conn.execute("ALTER TABLE alerts DROP COLUMN cause")
+        conn.execute("DROP TABLE cluster_availability")
+        conn.execute("DROP TABLE failure_streaks")
+        conn.execute("INSERT INTO alerts (id, kind, job_id, occurrence_id, reason, status, "
+                     "raised_ms) VALUES ('deadline:j@x', 'deadline', 'j', 'j@x', 'missed', "
+                     "'open', 5)")
+        return conn
+
+    previous_version(tmp_path / "old.db").close()
+    upgraded = Node(tmp_path / "old.db")  # opened as every node opens its state
+    assert upgraded.q("SELECT id, status, cause FROM alerts") == [
+        ("deadline:j@x", "open", None)]
+    assert upgraded.digest() == digest(previous_version(tmp_path / "previous.db"))
+    upgraded.begin(1)
+    upgraded.create("plain", now=T0, deadline_s=10)
+    assert "start_deadline_s" not in upgraded.job_spec("plain"), "stored as before"
+    assert upgraded.apply(c.ResolveAlert(1, T0, "deadline:j@x", "done"))["resolved"]
+    confirm(upgraded, T0 + SEC)
+    assert stretches(upgraded) == [(1, T0 + SEC, T0 + SEC)]

@@ -329,6 +329,28 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _checked_bounds(body: dict[str, Any]) -> dict[str, Any]:
+    """The run bounds the API would refuse, refused first (exit 2 naming the flag)."""
+    from raftcron.core.errors import ValidationError
+    from raftcron.core.model import JOB_INT_FIELDS, check_run_bounds, json_int
+
+    def flag(field: str) -> str:
+        return f"--{field.replace('_', '-')}"
+
+    ints: dict[str, int | None] = {}
+    for key in ("min_duration_s", "max_duration_s", "max_runtime_s", *RUN_BOUND_OPTIONS):
+        value = json_int(body.get(key))
+        _, lo, hi = JOB_INT_FIELDS[key]
+        if key in RUN_BOUND_OPTIONS and value is not None and not lo <= value <= hi:
+            raise UsageError(f"{flag(key)} must be between {lo} and {hi} (0: off)")
+        ints[key] = value
+    try:
+        check_run_bounds(ints)
+    except ValidationError as e:
+        raise UsageError(f"{flag(e.field)} {e.message}") from None
+    return body
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     from raftcron.cli.client import ApiError
 
@@ -344,7 +366,8 @@ def cmd_job(args: argparse.Namespace) -> int:
 def _job_action(args: argparse.Namespace, client: Any) -> int:
     action = args.action
     if action == "add":
-        job = client.request("POST", "/v1/jobs", json=_job_body(args), retries=3)
+        job = client.request("POST", "/v1/jobs", json=_checked_bounds(_job_body(args)),
+                             retries=3)
         _print(args, job, [(job["id"], str(job["version"]),
                             (job["next_fire_times"] or [{"utc": "-"}])[0]["utc"])],
                ("id", "version", "next fire (UTC)"))
@@ -362,6 +385,7 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
             "version", "watermark", "created_at", "updated_at", "next_fire_times",
             "latest_occurrence")}
         body.update(_job_body(args))
+        _checked_bounds(body)
         job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
                              headers={"If-Match": str(current["version"])}, retries=3)
         _print(args, job, [(job["id"], str(job["version"]))], ("id", "version"))

@@ -193,6 +193,8 @@ def test_a_deadline_missed_while_the_leaders_clock_was_refused_names_the_cluster
                        f"{os.environ.get('PYTHONPATH', '')}")
             env.setenv("CHAOS_CLOCK_FILE", str(offset_file))
             c.start(SKEWED)
+        # Serving before n2 starts: n2 alone cannot win, and n1 stands first once both run.
+        wait_until(lambda: c.cluster_view(SKEWED), 30, message=f"{SKEWED} serving")
         c.start("n2")
         wait_until(lambda: c.leader() == SKEWED, 30, interval=0.1,
                    message=f"{SKEWED} leading with duties")

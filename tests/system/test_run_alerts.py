@@ -5,7 +5,7 @@ worker running shell jobs, SQLite files, HTTP.
   `max_duration_s` (`sleep`, not killed) and `alert_after_failures` (`exit 3`) raise their
   alerts, which every node then holds alike;
 - a deadline missed while the majority was paused (SIGSTOP, on purpose), or while the
-  leader's clock was refused (made leader on purpose, then its clock moved 30 s ahead),
+  leader's clock was refused (the leader's own clock moved 30 s ahead, on purpose),
   carries `cause: "cluster_unavailable"`, decided from the replicated clock
   confirmations, while an instant missed by the job itself (nobody serves its queue)
   before the pause does not.
@@ -170,45 +170,39 @@ def test_a_deadline_missed_while_the_majority_was_paused_names_the_cluster(
 
 
 CLOCK_DIR = Path(__file__).resolve().parents[2] / "chaos" / "clock"
-SKEWED = "n1"
-HEALTHY = ["n2", "n3"]
 
 
 def test_a_deadline_missed_while_the_leaders_clock_was_refused_names_the_cluster(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The leader is made n1 on purpose (the shortest election timeout, started first);
-    then its wall clock jumps 30 s ahead (time-machine in the node process). Its clock
-    guard refuses it at once: it claims and confirms nothing, and hands over after a few
-    seconds. The instants due meanwhile are missed, and their alerts name the cluster."""
+    """Every node's wall clock can be moved (time-machine in the node process, an offset
+    file each); the one that leads is chosen on purpose: its clock jumps 30 s ahead. Its
+    clock guard refuses it at once: it claims and confirms nothing, and hands over after
+    a few seconds. The instants due meanwhile are missed, and their alerts name the
+    cluster."""
     pytest.importorskip("time_machine", reason="needs the chaos extra (time-machine)")
-    offset_file = tmp_path / f"{SKEWED}.offset"
-    offset_file.write_text("0")
     c = LocalCluster(tmp_path)
-    c.set_raft_options(SKEWED, raftMinTimeout=0.3, raftMaxTimeout=0.35)
-    for nid in HEALTHY:
-        c.set_raft_options(nid, raftMinTimeout=1.5, raftMaxTimeout=2.5)
+    offsets = {nid: tmp_path / f"{nid}.offset" for nid in c.ids}
     try:
-        with monkeypatch.context() as env:
-            env.setenv("PYTHONPATH", f"{CLOCK_DIR}{os.pathsep}"
-                       f"{os.environ.get('PYTHONPATH', '')}")
-            env.setenv("CHAOS_CLOCK_FILE", str(offset_file))
-            c.start(SKEWED)
-        # Serving before n2 starts: n2 alone cannot win, and n1 stands first once both run.
-        wait_until(lambda: c.cluster_view(SKEWED), 30, message=f"{SKEWED} serving")
-        c.start("n2")
-        wait_until(lambda: c.leader() == SKEWED, 30, interval=0.1,
-                   message=f"{SKEWED} leading with duties")
-        c.start("n3")
+        for nid in c.ids:
+            offsets[nid].write_text("0")
+            with monkeypatch.context() as env:
+                env.setenv("PYTHONPATH", f"{CLOCK_DIR}{os.pathsep}"
+                           f"{os.environ.get('PYTHONPATH', '')}")
+                env.setenv("CHAOS_CLOCK_FILE", str(offsets[nid]))
+                c.start(nid)
+        leader = c.wait_leader(timeout=30)
         c.wait_serving()
-        add_job(c, "n2", "tick", "* * * * * *", deadline_s=2, misfire_policy="skip",
+        add_job(c, leader, "tick", "* * * * * *", deadline_s=2, misfire_policy="skip",
                 misfire_grace_s=1)
         c.start_worker("w1")
-        wait_until(lambda: sum(o["status"] == "succeeded" for o in c.occurrences("n2", "tick"))
-                   >= 3, 30, message="tick running")
-        assert c.leader() == SKEWED
+        wait_until(lambda: sum(o["status"] == "succeeded"
+                               for o in c.occurrences(leader, "tick")) >= 3, 30,
+                   message="tick running")
+        leader = c.wait_leader(timeout=30)
+        others = [n for n in c.ids if n != leader]
         jumped_at = time.time()
-        offset_file.write_text("30")
-        healthy = c.wait_leader(timeout=30, among=HEALTHY)
+        offsets[leader].write_text("30")
+        healthy = c.wait_leader(timeout=30, among=others)
         took_over = time.time()
         inside = range(int(jumped_at) + 2, int(took_over))
         assert len(inside) >= 1, (jumped_at, took_over)
@@ -222,7 +216,7 @@ def test_a_deadline_missed_while_the_leaders_clock_was_refused_names_the_cluster
         for alert in found:
             assert alert["reason"] in ("missed", "late"), alert
             assert alert["cause"] == "cluster_unavailable", alert
-        view = c.cluster_view(SKEWED)
+        view = c.cluster_view(leader)
         assert view is not None and view["clock"]["confirmed"] is False
         c.wait_converged()
     finally:

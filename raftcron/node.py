@@ -316,7 +316,8 @@ class Node:
         self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
                                    self.duty_settings, self.metrics.on_duty_event)
         for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
-                     self.duties.deadlines, self.duties.retention, self.duties.backlog):
+                     self.duties.deadlines, self.duties.retention, self.duties.backlog,
+                     self.duties.run_bounds, self.duties.availability):
             if duty is not None:
                 duty.gate = self.clock_guard.confirmed
         self.duties.start()

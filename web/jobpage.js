@@ -4,7 +4,7 @@
 // its attempts (worker, fencing token, times, exit code, output, error).
 
 import {
-  $, el, td, statusBadge, sinceIso, shortTime, between, render, forget, fillRows, api, say,
+  $, el, td, statusBadge, sinceIso, shortTime, causeText, between, render, forget, fillRows, api, say,
   actionButton, idempotencyKey,
 } from "./lib.js";
 
@@ -56,6 +56,7 @@ function definitionRows(j) {
     ["Limits", [j.max_runtime_s ? `max runtime ${j.max_runtime_s} s` : "no max runtime",
       j.deadline_s ? `deadline ${j.deadline_s} s` : "no deadline",
       `heartbeat timeout ${j.heartbeat_timeout_s} s`].join(", ")],
+    ["Run alerts", runBounds(j)],
     ["Queue", j.queue], ["Tenant", j.tenant],
     ["Version", `${j.version}, last changed ${sinceIso(j.updated_at)} (${shortTime(j.updated_at)}); ` +
       `created ${shortTime(j.created_at)}`],
@@ -65,6 +66,17 @@ function definitionRows(j) {
     ["Target", el("code", { class: "target" }, JSON.stringify(j.target))],
     s.jitter_s ? ["Jitter", `${s.jitter_s} s`] : null,
   ].filter(Boolean);
+}
+
+// The run bounds (each off unless set), as the job page and its tests read them.
+function runBounds(j) {
+  const parts = [
+    j.start_deadline_s ? `not started within ${j.start_deadline_s} s` : null,
+    j.min_duration_s ? `faster than ${j.min_duration_s} s` : null,
+    j.max_duration_s ? `slower than ${j.max_duration_s} s (not killed)` : null,
+    j.alert_after_failures ? `after ${j.alert_after_failures} consecutive failure${j.alert_after_failures === 1 ? "" : "s"}` : null,
+  ].filter(Boolean);
+  return parts.length ? `alert when ${parts.join("; ")}` : "none";
 }
 
 function renderDefinition(dl, j) {
@@ -94,7 +106,8 @@ function renderJobAlerts(list, alerts) {
   }
   list.replaceChildren(...alerts.map((a) => el("li", {},
     el("span", { class: `status alert-${a.status}` }, a.status === "open" ? "⚠ open" : "✓ resolved"),
-    ` ${a.reason} · raised ${sinceIso(a.raised_at)}`,
+    ` ${a.kind}: ${a.reason} · raised ${sinceIso(a.raised_at)}`,
+    a.cause ? el("span", { class: "cause", "data-cause": a.cause }, ` · ${causeText(a.cause)}`) : "",
     a.message ? ` · ${a.message}` : "",
     a.acknowledged ? ` · acknowledged by ${a.acknowledged.by}: ${a.acknowledged.note}` : "")));
 }
@@ -292,7 +305,8 @@ async function runBackfill(event) {
 // The fields PUT /v1/jobs/{id} takes (GET adds version, watermark, times, next fires).
 const JOB_FIELDS = ["id", "tenant", "schedule", "target", "misfire_policy", "misfire_grace_s",
   "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
-  "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "queue", "notify"];
+  "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "start_deadline_s", "min_duration_s",
+  "max_duration_s", "alert_after_failures", "queue", "notify"];
 
 function fireList(fires) {
   return el("ol", { class: "fires" }, ...fires.map((f) => el("li", { class: f.dst_change ? "dst" : null },

@@ -4,7 +4,8 @@ Request schemas are built from the constants the validators use (core/model.py a
 api modules): a bound moved there moves here. What JSON Schema cannot state is named by a
 `format` and said in a description: a cron expression that fires at all (`format: cron`,
 checked by core/schedule.py), `end_at` after `start_at`, a backfill range of at most ten
-years. tests/integration/test_api_schema_agreement.py proves, field by field, that a
+years, the duration bounds' order (`min_duration_s` at most `max_duration_s`, both below
+`max_runtime_s`). tests/integration/test_api_schema_agreement.py proves, field by field, that a
 value this schema allows is accepted and one it refuses is refused with a 400 naming the
 field; tests/system/test_api_contract.py runs schemathesis with every check against a
 real node.
@@ -161,6 +162,18 @@ def _int_field(default: int | None, lo: int, hi: int) -> dict[str, Any]:
     return schema
 
 
+# The run bounds (null: off), with the constraints between them that JSON Schema cannot
+# state (core.model.check_run_bounds).
+RUN_BOUNDS = {
+    "start_deadline_s": "alert `not_started` when no attempt is leased this long after the "
+                        "instant",
+    "min_duration_s": "alert `too_fast` for a success quicker than this; at most "
+                      "max_duration_s, and less than max_runtime_s",
+    "max_duration_s": "alert `too_slow` while a run goes on longer than this (it is not "
+                      "killed); less than max_runtime_s",
+    "alert_after_failures": "one `failures` alert after this many consecutive failed "
+                            "occurrences, resolved by the next success",
+}
 JOB_INPUT: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "required": ["id", "schedule", "target"],
@@ -173,7 +186,9 @@ JOB_INPUT: dict[str, Any] = {
                      "description": 'an object, or its cron alone ("0 9 * * *")'},
         "misfire_policy": {"enum": list(model.MISFIRE_POLICIES)},
         "overlap_policy": {"enum": list(model.OVERLAP_POLICIES)},
-        **{key: _int_field(*bounds) for key, bounds in model.JOB_INT_FIELDS.items()},
+        **{key: _int_field(*bounds) | ({"description": RUN_BOUNDS[key]} if key in RUN_BOUNDS
+                                       else {})
+           for key, bounds in model.JOB_INT_FIELDS.items()},
         "target": {"oneOf": [SHELL_TARGET, HTTP_TARGET], "description": (
             'A header value or the body may be {"secret": "<name>"}, resolved on the '
             'worker. Header values and URL credentials read as "***" for non-admins')},

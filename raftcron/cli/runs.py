@@ -301,9 +301,10 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         print(f"no {args.status if args.status != 'all' else ''} alerts".replace("  ", " "),
               file=sys.stderr)
         return 0
-    _table(("alert", "state", "job", "reason", "raised", "message"), [
-        (a["id"], alert_state(a), a["job_id"] or "-", a["reason"], a["raised_at"],
-         (a["message"] or "")[:80]) for a in data["alerts"]])
+    _table(("alert", "kind", "state", "job", "reason", "cause", "raised", "message"), [
+        (a["id"], a["kind"], alert_state(a), a["job_id"] or "-", a["reason"],
+         a.get("cause") or "-", a["raised_at"], (a["message"] or "")[:80])
+        for a in data["alerts"]])
     return 0
 
 

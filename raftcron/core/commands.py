@@ -288,6 +288,32 @@ class RaiseAlert(Command):
     reason: str = ""
     scheduled_for_ms: int | None = None
     message: str = ""
+    # The deadline the instant `scheduled_for_ms` missed: apply then decides from the
+    # replicated availability (state.availability) whether the cluster's own trouble was
+    # the cause. None: no such judgement (and every entry written before the field).
+    deadline_ms: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        """Left out when None: the entry stays readable by a node of the previous version
+        during a rolling upgrade."""
+        out = Command.args(self)
+        if out["deadline_ms"] is None:
+            del out["deadline_ms"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmClock(Command):
+    """The leader's clock is confirmed by a majority and it is scheduling. Proposed after
+    the leader's previous confirmation committed: one at most `max_gap_ms` after the
+    previous one of the epoch proves the cluster available between them
+    (state.availability)."""
+
+    TYPE: ClassVar[str] = "confirm_clock"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    max_gap_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,8 +410,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
         PutTenant, RetryOutbox, SetWebhookKey, AlertAction, BeginEpoch, Claim, Lease, Sweep,
-        RaiseAlert, ResolveAlert, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete,
-        Release,
+        RaiseAlert, ResolveAlert, ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries,
+        Heartbeat, Complete, Release,
     )
 }
 

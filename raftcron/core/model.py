@@ -34,6 +34,7 @@ MAX_JITTER_S = 3600
 DEFAULT_ACK_TIMEOUT_S = 3
 MAX_ACK_TIMEOUT_S = 600
 WEEK_S = 86_400 * 7
+MAX_FAILURE_THRESHOLD = 1000
 # The integer fields of a job: (default, lowest, highest). A default of None makes the
 # field optional and nullable; the others refuse null. /openapi.json is built from this.
 JOB_INT_FIELDS: dict[str, tuple[int | None, int, int]] = {
@@ -45,13 +46,23 @@ JOB_INT_FIELDS: dict[str, tuple[int | None, int, int]] = {
     "heartbeat_timeout_s": (30, 2, 3600),
     "ack_timeout_s": (DEFAULT_ACK_TIMEOUT_S, 1, MAX_ACK_TIMEOUT_S),
     "deadline_s": (None, 1, WEEK_S),
+    # Run bounds (leader.deadlines, state.run_alerts): off unless set.
+    "start_deadline_s": (None, 1, WEEK_S),
+    "min_duration_s": (None, 1, WEEK_S),
+    "max_duration_s": (None, 1, WEEK_S),
+    "alert_after_failures": (None, 1, MAX_FAILURE_THRESHOLD),
 }
+
+# Left out of a spec while unset, so that the stored definition of a job that uses none of
+# them is byte for byte what it was before they existed (equal digests in a rolling upgrade).
+RUN_BOUND_FIELDS = ("start_deadline_s", "min_duration_s", "max_duration_s",
+                    "alert_after_failures")
 
 _TOP_LEVEL = {
     "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
-    "notify",
+    "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
 
@@ -89,6 +100,11 @@ class Job:
     queue: str = "default"
     paused: bool = False
     notify: tuple[str, ...] = field(default_factory=tuple)
+    # Run bounds, each off (None) unless set; specs stored before them decode as off.
+    start_deadline_s: int | None = None
+    min_duration_s: int | None = None
+    max_duration_s: int | None = None
+    alert_after_failures: int | None = None
 
     def compiled(self) -> CronSchedule:
         s = self.schedule
@@ -106,6 +122,9 @@ class Job:
         d["schedule"] = {name: getattr(self.schedule, name) for name in _SCHEDULE_FIELDS}
         d["target"] = copy.deepcopy(self.target)
         d["notify"] = list(self.notify)
+        for name in RUN_BOUND_FIELDS:
+            if d[name] is None:
+                del d[name]
         return d
 
     @staticmethod
@@ -128,6 +147,8 @@ class Job:
         checked in UTC (up to the year 10000) is shown clamped: it fires the same, and the
         text shown is accepted back."""
         d = self.to_spec()
+        for name in RUN_BOUND_FIELDS:
+            d.setdefault(name, None)
         sched = d["schedule"]
         sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
         sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
@@ -286,6 +307,22 @@ def parse_schedule(value: Any, job_id: str) -> Schedule:
     return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms)
 
 
+def check_run_bounds(ints: dict[str, int | None]) -> None:
+    """The duration bounds must leave room for a run: `min_duration_s` at most
+    `max_duration_s`, and both below `max_runtime_s` (a run is killed at that age, so a
+    bound at or past it could never be reached)."""
+    lo, hi, kill = ints["min_duration_s"], ints["max_duration_s"], ints["max_runtime_s"]
+    if lo is not None and hi is not None and lo > hi:
+        raise ValidationError("min_duration_s", "must be at most max_duration_s")
+    if kill is not None:
+        if hi is not None and hi >= kill:
+            raise ValidationError("max_duration_s", "must be less than max_runtime_s "
+                                  "(a run is killed at max_runtime_s)")
+        if lo is not None and lo >= kill:
+            raise ValidationError("min_duration_s", "must be less than max_runtime_s "
+                                  "(a run is killed at max_runtime_s)")
+
+
 def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     """Build a validated `Job` from client JSON. `job_id` (from the URL) wins over the body."""
     if not isinstance(data, dict):
@@ -315,6 +352,8 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     for i, url in enumerate(notify):
         if not is_http_url(url):
             raise ValidationError(f"notify.{i}", "must be an http(s) URL")
+    ints = {key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()}
+    check_run_bounds(ints)
     return Job(
         id=jid,
         schedule=schedule,
@@ -323,7 +362,7 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         version=1,
         misfire_policy=_choice(data, "misfire_policy", "run_once", MISFIRE_POLICIES),
         overlap_policy=_choice(data, "overlap_policy", "allow", OVERLAP_POLICIES),
-        **{key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()},
+        **ints,
         queue=_name(data, "queue", "default"),
         paused=paused,
         notify=tuple(notify),

@@ -9,6 +9,7 @@ from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.state import run_alerts
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
@@ -146,6 +147,7 @@ def _fail_outside_policy(ctx: ApplyContext, row: tuple, why: str, now_ms: int) -
         "UPDATE attempts SET status = 'failed', finished_ms = ?, error = ? WHERE id = ?",
         (now_ms, why, attempt_id))
     _finish_occurrence(ctx, occ_id, "failed", now_ms, "policy")
+    run_alerts.after_failure(ctx, job_id, occ_id, parse_spec(row[8]), now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
         {"job_id": job_id, "occurrence_id": occ_id, "attempts": number, "reason": "policy"},
@@ -236,6 +238,7 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
         )
         return
     _finish_occurrence(ctx, occ_id, "failed", now_ms, why)
+    run_alerts.after_failure(ctx, att[A_JOB], occ_id, spec, now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
         {"job_id": att[A_JOB], "occurrence_id": occ_id, "attempts": number, "reason": why},
@@ -321,6 +324,9 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
         done_occurrences,
     )
+    run_alerts.after_successes(ctx, [(a[3], o[1], found[a[3]][A_JOB]) for a, o in
+                                     zip(done_attempts, done_occurrences, strict=True)],
+                               cmd.now_ms, lambda job_id: _job_spec(conn, job_id, specs))
     return ok(results=results)
 
 

@@ -25,10 +25,12 @@ TABLES = {
     "outbox_deliveries": "outbox_id, receiver",
     "webhook_keys": "owner",
     "alert_actions": "id",
+    "cluster_availability": "id",
+    "failure_streaks": "job_id",
 }
 # Tables added after databases were first written: hashed only once they hold a row, so a
 # node of the previous version (no such table) and an upgraded one digest alike until then.
-ADDED_TABLES = frozenset({"alert_actions"})
+ADDED_TABLES = frozenset({"alert_actions", "cluster_availability", "failure_streaks"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:

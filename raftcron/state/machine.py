@@ -22,7 +22,16 @@ from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import errors
-from raftcron.state import alerts, attempts, jobs, occurrences, outbox, tenants, webhook_keys
+from raftcron.state import (
+    alerts,
+    attempts,
+    availability,
+    jobs,
+    occurrences,
+    outbox,
+    tenants,
+    webhook_keys,
+)
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
 
@@ -91,6 +100,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Sweep: attempts.sweep,
     c.RaiseAlert: alerts.raise_alert,
     c.ResolveAlert: alerts.resolve_alert,
+    c.ConfirmClock: availability.confirm_clock,
     c.AckOutbox: alerts.ack_outbox,
     c.RouteOutbox: outbox.route_outbox,
     c.AckDeliveries: outbox.ack_deliveries,

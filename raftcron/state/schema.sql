@@ -28,6 +28,9 @@ CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, id);
 -- The deadline watcher's scan (leader.deadlines.JOBS_SQL, every second) reads only these.
 CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs (id)
     WHERE json_extract(spec, '$.deadline_s') IS NOT NULL;
+-- ... and the start deadlines' scan.
+CREATE INDEX IF NOT EXISTS jobs_start_deadline ON jobs (id)
+    WHERE json_extract(spec, '$.start_deadline_s') IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS occurrences (
     id               TEXT PRIMARY KEY,
@@ -133,8 +136,13 @@ CREATE TABLE IF NOT EXISTS alerts (
     resolved_ms   INTEGER,
     acked_ms      INTEGER,
     acked_by      TEXT,
-    ack_note      TEXT
+    ack_note      TEXT,
+    -- "cluster_unavailable" when the cluster's own trouble explains a deadline alert
+    -- (state.availability); NULL otherwise. Added later (db.COLUMN_MIGRATIONS).
+    cause         TEXT
 );
+-- Open alerts of one job (run bounds resolve them on the job's next good run).
+CREATE INDEX IF NOT EXISTS alerts_open_job ON alerts (job_id, kind) WHERE status = 'open';
 
 CREATE TABLE IF NOT EXISTS outbox (
     id           INTEGER PRIMARY KEY,
@@ -232,5 +240,23 @@ CREATE INDEX IF NOT EXISTS outbox_deliveries_dead
 CREATE TABLE IF NOT EXISTS webhook_keys (
     owner      TEXT PRIMARY KEY,
     key        TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Stretches of time a leader with a confirmed clock vouched for (state.availability):
+-- deadline alerts for instants outside them carry cause "cluster_unavailable".
+CREATE TABLE IF NOT EXISTS cluster_availability (
+    id      INTEGER PRIMARY KEY,
+    epoch   INTEGER NOT NULL,
+    from_ms INTEGER NOT NULL,
+    to_ms   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cluster_availability_to ON cluster_availability (to_ms);
+
+-- Consecutive failures of a job with `alert_after_failures` since its last success
+-- (state.run_alerts); no row: none.
+CREATE TABLE IF NOT EXISTS failure_streaks (
+    job_id     TEXT PRIMARY KEY,
+    failures   INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL
 ) WITHOUT ROWID;

@@ -39,6 +39,7 @@ from chaos.procs import Processes, raft_addr
 from chaos.reads import read_attempts, read_node
 
 CATCH_UP_S = 60.0
+REMOVE_TRIES = 3
 
 
 class StepError(RuntimeError):
@@ -84,6 +85,29 @@ def departure_read(procs: Processes, http: httpx.Client, nid: str) -> dict[str, 
     return node
 
 
+def _depart(procs: Processes, history: History, http: httpx.Client, out: Path
+            ) -> tuple[str, float, int]:
+    """Choose a follower, wait for its cut-off and write its departure read: (node,
+    cut-off cluster time, cut-off index)."""
+    leader = procs.wait_leader(20)
+    followers = sorted(n for n in procs.alive_nodes() if n != leader)
+    if leader is None or not followers or not procs.spares:
+        raise StepError(f"no leader with a live follower, or no spare slot "
+                        f"(leader {leader}, spares {procs.spares})")
+    removed = followers[0]
+    cutoff = time.time() + procs.base_offset_s
+    cutoff_index = _commit_index(procs, leader)
+    _wait_applied(procs, removed, cutoff_index, 30)
+    node = departure_read(procs, http, removed)
+    node.update(checked_until=cutoff, cutoff_index=cutoff_index,
+                read_at=time.time() + procs.base_offset_s)
+    (out / "departed.json").write_text(json.dumps({removed: node}))
+    history.write("harness", "note", "departure-read", node=removed,
+                  occurrences=len(node["occurrences"]), cutoff=cutoff,
+                  cutoff_index=cutoff_index)
+    return removed, cutoff, cutoff_index
+
+
 def replace_follower(procs: Processes, history: History, out: Path) -> None:
     """Run the step and record its outcome (never raises)."""
     op = history.new_id()
@@ -92,27 +116,26 @@ def replace_follower(procs: Processes, history: History, out: Path) -> None:
     history.write("membership", "invoke", "replace-node", op=op, members=procs.ids)
     began = time.monotonic()
     try:
-        leader = procs.wait_leader(20)
-        followers = sorted(n for n in procs.alive_nodes() if n != leader)
-        if leader is None or not followers or not procs.spares:
-            raise StepError(f"no leader with a live follower, or no spare slot "
-                            f"(leader {leader}, spares {procs.spares})")
-        removed, added = followers[0], procs.spares[0]
-        cutoff = time.time() + procs.base_offset_s
-        cutoff_index = _commit_index(procs, leader)
-        _wait_applied(procs, removed, cutoff_index, 30)
-        node = departure_read(procs, http, removed)
-        read_at = time.time() + procs.base_offset_s
-        node.update(checked_until=cutoff, cutoff_index=cutoff_index, read_at=read_at)
-        (out / "departed.json").write_text(json.dumps({removed: node}))
-        history.write("harness", "note", "departure-read", node=removed,
-                      occurrences=len(node["occurrences"]), cutoff=cutoff,
-                      cutoff_index=cutoff_index)
-        remaining = [n for n in procs.ids if n != removed]
-        servers = ",".join(procs.urls[n] for n in remaining)
-        _cli(["cluster", "remove-node", "--server", servers, "--id", removed], env)
+        for attempt in range(1, REMOVE_TRIES + 1):
+            removed, cutoff, cutoff_index = _depart(procs, history, http, out)
+            remaining = [n for n in procs.ids if n != removed]
+            servers = ",".join(procs.urls[n] for n in remaining)
+            try:
+                _cli(["cluster", "remove-node", "--server", servers, "--id", removed], env)
+                break
+            except StepError as e:
+                # An election between the choice and the request made it the leader (the
+                # API refuses to remove the leader): choose again, read again.
+                if "is_leader" not in str(e) or attempt == REMOVE_TRIES:
+                    raise
+                history.write("membership", "note", "removal-refused", op=op, node=removed,
+                              attempt=attempt, error=str(e))
+        added = procs.spares[0]
         procs.set_members(remaining)
-        stopped = procs.kill_node(removed, signal.SIGTERM, wait_s=15)
+        # Stopped as an operator stops it (SIGTERM), but not waited for here: requests the
+        # workers still send it can hold its graceful shutdown for seconds, while the new
+        # node is added meanwhile.
+        stopped = procs.signal_node(removed, signal.SIGTERM)
         removed_s = time.monotonic() - began
 
         _cli(["cluster", "add-node", "--server", servers, "--id", added,
@@ -128,6 +151,8 @@ def replace_follower(procs: Processes, history: History, out: Path) -> None:
         if leader is None:
             raise StepError("no leader after the new node joined")
         caught_up_s = _wait_applied(procs, added, _commit_index(procs, leader), CATCH_UP_S)
+        if procs.kill_node(removed, signal.SIGTERM, wait_s=15) is None and stopped is None:
+            raise StepError(f"{removed} was not running when it was to be stopped")
         history.write("membership", "ok", "replace-node", op=op, removed=removed,
                       removed_pid=stopped, added=added, added_pid=pid,
                       members=procs.ids, cutoff=cutoff, cutoff_index=cutoff_index,

@@ -223,6 +223,20 @@ def test_restored_digest_differs_from_the_cluster_digest() -> None:
     assert v["backup_digest_mismatch"][0]["index"] == 50
 
 
+def test_restored_digest_after_a_membership_change_leaves_the_member_records_out() -> None:
+    """The backup's own digests recorded: it must be the source's at N, and the restored
+    one must be it without the member records (a restore drops them)."""
+    run = clean_run()
+    ok = backup_lines(run)[1]
+    ok.update(cluster_digest="whole", backup_digest="whole",
+              backup_digest_without_members="plain", restored_digest="plain")
+    assert "backup_digest_mismatch" not in check(run)["violations"]
+    ok.update(backup_digest="another")  # the backup is not the state the node reported
+    assert len(check(run)["violations"]["backup_digest_mismatch"]) == 1
+    ok.update(backup_digest="whole", restored_digest="whole")  # restore kept the members
+    assert len(check(run)["violations"]["backup_digest_mismatch"]) == 1
+
+
 def test_a_failed_backup_or_one_without_outcome() -> None:
     run = clean_run()
     ok = backup_lines(run)[1]

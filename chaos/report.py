@@ -66,7 +66,7 @@ def write_report(d: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
               "## Tenant quotas", "", f"`{json.dumps(st.get('tenants'))}`", "",
               "## Retention", "", f"`{json.dumps(st.get('retention'))}`", "",
               "## Backup -> restore", "", f"digests compared: {st.get('backups_compared')}",
-              ""]
+              "", "## Membership change", "", f"`{json.dumps(st.get('membership'))}`", ""]
     if summary["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"][:50]]
     png = _timeline(d, summary)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from chaos.procs import Processes
 # 06:00Z). The cluster's wall clock is moved to shortly before the fold.
 DST_TRANSITION_UTC = datetime(2026, 11, 1, 6, 0, 0, tzinfo=UTC)
 DST_LEAD_S = 80
+CREATE_CONCURRENCY = 8  # job creations in flight at once at the start of a run
 
 
 def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
@@ -234,12 +236,18 @@ class Driver:
         self.create_tenants()
         specs = job_specs() + tenant_specs() + (
             load_specs(self.procs.sink_url) if load else [])
-        for spec in specs:
+
+        def create(spec: dict[str, Any]) -> None:
             type_, _ = self.client.retried("create", "POST", "/v1/jobs", body=spec,
                                            headers={"Idempotency-Key": f"create-{spec['id']}"},
                                            job=spec["id"], spec=spec)
             if type_ != "ok":
                 raise RuntimeError(f"could not create job {spec['id']}")
+
+        # Eight at a time: one by one, the 209 round trips were 25 s of every run's start.
+        # Each creation is its own operation in the history, acknowledged on its own.
+        with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
+            list(pool.map(create, specs))
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self.loop, name="driver", daemon=True)

@@ -51,7 +51,7 @@ _TOP_LEVEL = {
     "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
-    "notify",
+    "notify", "concurrency_group",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
 
@@ -89,6 +89,9 @@ class Job:
     queue: str = "default"
     paused: bool = False
     notify: tuple[str, ...] = field(default_factory=tuple)
+    # A concurrency group of the job's tenant (state.groups); None: none. Left out of the
+    # spec when None, so specs of jobs without one are as before the field existed.
+    concurrency_group: str | None = None
 
     def compiled(self) -> CronSchedule:
         s = self.schedule
@@ -106,6 +109,8 @@ class Job:
         d["schedule"] = {name: getattr(self.schedule, name) for name in _SCHEDULE_FIELDS}
         d["target"] = copy.deepcopy(self.target)
         d["notify"] = list(self.notify)
+        if d["concurrency_group"] is None:
+            del d["concurrency_group"]
         return d
 
     @staticmethod
@@ -133,6 +138,7 @@ class Job:
         sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
         d["target"] = renderable(d["target"])
         d["notify"] = renderable(d["notify"])
+        d.setdefault("concurrency_group", None)
         return d
 
 
@@ -327,4 +333,14 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         queue=_name(data, "queue", "default"),
         paused=paused,
         notify=tuple(notify),
+        concurrency_group=_optional_name(data, "concurrency_group"),
     )
+
+
+def _optional_name(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise ValidationError(key, "must be null or 1-64 characters of A-Z a-z 0-9 . _ -")
+    return value

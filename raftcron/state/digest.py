@@ -25,10 +25,12 @@ TABLES = {
     "outbox_deliveries": "outbox_id, receiver",
     "webhook_keys": "owner",
     "alert_actions": "id",
+    "cancellations": "occurrence_id",
+    "concurrency_groups": "tenant, name",
 }
 # Tables added after databases were first written: hashed only once they hold a row, so a
 # node of the previous version (no such table) and an upgraded one digest alike until then.
-ADDED_TABLES = frozenset({"alert_actions"})
+ADDED_TABLES = frozenset({"alert_actions", "cancellations", "concurrency_groups"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:

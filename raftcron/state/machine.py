@@ -22,7 +22,17 @@ from typing import Any
 
 from raftcron.core import commands as c
 from raftcron.core import errors
-from raftcron.state import alerts, attempts, jobs, occurrences, outbox, tenants, webhook_keys
+from raftcron.state import (
+    alerts,
+    attempts,
+    cancellation,
+    groups,
+    jobs,
+    occurrences,
+    outbox,
+    tenants,
+    webhook_keys,
+)
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_FENCING_SEQ, META_LAST_APPLIED
 
@@ -85,6 +95,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RetryOutbox: outbox.retry_outbox,
     c.SetWebhookKey: webhook_keys.set_webhook_key,
     c.AlertAction: alerts.alert_action,
+    c.CancelOccurrence: cancellation.cancel_occurrence,
+    c.PutConcurrencyGroup: groups.put_group,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
@@ -111,7 +123,8 @@ STAMP_BEHIND_LIMIT_MS = 2000
 REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
-           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction)
+           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
+           c.CancelOccurrence, c.PutConcurrencyGroup)
 
 
 class StateMachine:

@@ -126,6 +126,31 @@ def tenant_specs() -> list[dict[str, Any]]:
              "retry_backoff_s": 1, "max_attempts": 3} for i in range(4)]
 
 
+# A concurrency group in the default tenant: three jobs fire in the same second every
+# 3 s and each holds for 1.5 s, so every burst wants 3 slots of 2 (the third waits until
+# a slot frees, well before the next burst). chaos/checks_groups.py checks the holders.
+GROUP = "chaos-db"
+GROUP_LIMIT = 2
+
+
+def group_cmd(hold_s: float) -> str:
+    """The effect, between a start and an end record of holding the group (the effect's
+    own exit code is the job's)."""
+    hold = ('curl -sS -m 5 -o /dev/null -X POST "$CHAOS_SINK/hold?phase={phase}"'
+            f' -H "X-Group: {GROUP}" -H "X-Job: $RAFTCRON_JOB_ID"'
+            ' -H "X-Occ: $RAFTCRON_OCCURRENCE_ID" -H "X-Attempt: $RAFTCRON_ATTEMPT_ID"'
+            ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Worker: $CHAOS_WORKER" || true')
+    return (f"{hold.format(phase='start')}; {effect_cmd(hold_s)}; rc=$?; "
+            f"{hold.format(phase='end')}; exit $rc")
+
+
+def group_specs() -> list[dict[str, Any]]:
+    return [{"id": f"group-{i}", "schedule": {"cron": "*/3 * * * * *"},
+             "overlap_policy": "allow", "concurrency_group": GROUP,
+             "target": {"shell": group_cmd(1.5)}, "heartbeat_timeout_s": 6,
+             "retry_backoff_s": 1, "max_attempts": 3} for i in range(3)]
+
+
 EDIT_CRONS = ("*/2 * * * * *", "*/3 * * * * *")
 
 
@@ -229,10 +254,14 @@ class Driver:
                                        body=TENANT_QUOTAS, tenant=QUOTA_TENANT)
         if type_ != "ok":
             raise RuntimeError(f"could not set the quotas of tenant {QUOTA_TENANT}")
+        type_, _ = self.client.retried("group", "PUT", f"/v1/concurrency-groups/{GROUP}",
+                                       body={"limit": GROUP_LIMIT}, group=GROUP)
+        if type_ != "ok":
+            raise RuntimeError(f"could not set the limit of group {GROUP}")
 
     def create_jobs(self, load: bool = True) -> None:
         self.create_tenants()
-        specs = job_specs() + tenant_specs() + (
+        specs = job_specs() + tenant_specs() + group_specs() + (
             load_specs(self.procs.sink_url) if load else [])
         for spec in specs:
             type_, _ = self.client.retried("create", "POST", "/v1/jobs", body=spec,

@@ -22,6 +22,7 @@ from typing import Any
 from chaos import (
     checks_backup,
     checks_effects,
+    checks_groups,
     checks_inputs,
     checks_membership,
     checks_retention,
@@ -64,6 +65,8 @@ CHECKS = (
     "quota_fires_exceeded", "quota_skip_unjustified", "quota_concurrency_exceeded",
     # retention (checks_retention)
     "retention_early", "retention_unfinished", "retention_unobserved",
+    # concurrency groups (checks_groups)
+    "group_limit_exceeded", "group_unobserved",
     # backup -> restore (checks_backup)
     "backup_missing", "backup_failed", "backup_digest_mismatch",
     # remove a follower, add a fresh node (checks_membership)
@@ -132,7 +135,8 @@ def check_run(run: dict[str, Any],
     hist = run.get("history") or []
     final = run.get("final") or {}
     meta = run.get("meta") or {}
-    sink = run.get("sink") or []
+    records = run.get("sink") or []
+    sink = [s for s in records if s.get("event", "offer") == "offer"]
     ops = _client_ops(hist)
 
     checks_inputs.check_inputs(rep, run)
@@ -163,6 +167,7 @@ def check_run(run: dict[str, Any],
         {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
                                             window_end)
+    groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
     backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
 
     stats = {
@@ -183,6 +188,7 @@ def check_run(run: dict[str, Any],
         "membership": [{k: h.get(k) for k in ("removed", "added", "members", "cutoff_index",
                                               "removed_s", "caught_up_s", "elapsed_s")}
                        for h in membership],
+        "groups": groups,
     }
     stats["coverage"]["quota_skips"] = quota_skips
     stats["coverage"]["retention_prunes"] = pruned

@@ -40,7 +40,7 @@ log = logging.getLogger("raftcron.node")
 
 JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
-                 c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant)
+                 c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant, c.PutConcurrencyGroup)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep, c.RetryOutbox)
 
 

@@ -34,7 +34,8 @@ export function openJob(jobId) {
     view.proposal = null;
     // Nothing of the job shown before stays on screen under this one's title.
     for (const sel of ["#job-definition", "#job-actions", "#job-upcoming", "#job-alerts",
-      "#history tbody"]) $(sel).replaceChildren();
+      "#history tbody", "#job-group"]) $(sel).replaceChildren();
+    $("#job-group-section").hidden = true;
     historyData = null;
     forget();
   }
@@ -58,6 +59,7 @@ function definitionRows(j) {
       `heartbeat timeout ${j.heartbeat_timeout_s} s`].join(", ")],
     ["Run alerts", runBounds(j)],
     ["Queue", j.queue], ["Tenant", j.tenant],
+    j.concurrency_group ? ["Concurrency group", j.concurrency_group] : null,
     ["Version", `${j.version}, last changed ${sinceIso(j.updated_at)} (${shortTime(j.updated_at)}); ` +
       `created ${shortTime(j.created_at)}`],
     ["State", el("span", { class: `state state-${j.paused ? "paused" : "active"}`,
@@ -174,7 +176,8 @@ function renderHistory(tbody, { occurrences }) {
       el("td", {}, el("button", { type: "button", "aria-expanded": String(open),
         "aria-controls": detailsId, "data-key": `expand:${o.id}`,
         "aria-label": `${open ? "Hide" : "Show"} attempts of ${shortTime(o.scheduled_for)} ${o.kind}`,
-        onclick: () => toggle(o.id) }, open ? "Hide attempts" : "Attempts"))));
+        onclick: () => toggle(o.id) }, open ? "Hide attempts" : "Attempts"),
+      ["pending", "running"].includes(o.status) ? cancelButton(o) : null)));
     if (open) {
       const detail = view.attempts.get(o.id);
       rows.push(el("tr", { class: "attempts-row", id: detailsId },
@@ -190,6 +193,62 @@ function renderHistory(tbody, { occurrences }) {
   $("#history-page").textContent = `page ${page}` + (view.nextCursor ? "" : " (oldest)");
   $("#history-older").disabled = !view.nextCursor;
   $("#history-newest").disabled = page === 1;
+}
+
+// POST /v1/occurrences/{id}/cancel with a note asked for first. A queued run ends at once;
+// a running one is stopped by its worker at its next heartbeat (the row shows it then).
+async function cancelRun(o) {
+  const when = shortTime(o.scheduled_for);
+  const note = window.prompt(`Cancel the ${o.kind} run of ${when}? Why (kept with the run):`);
+  if (note === null) { say(`Cancel ${when}: not sent`); return; }
+  if (!note.trim()) { say(`Cancel ${when}: a note is required`); return; }
+  try {
+    const result = await api(`/v1/occurrences/${encodeURIComponent(o.id)}/cancel`, {
+      method: "POST", body: JSON.stringify({ note }),
+      headers: { "Idempotency-Key": idempotencyKey() } });
+    say(result.status === "cancelled" ? `Cancelled the run of ${when}`
+      : `The run of ${when} is stopping: its worker kills it at its next heartbeat`);
+    forget("history");
+    refreshJob();
+  } catch (e) {
+    say(`Cancel ${when} failed: ${e.message}`);
+  }
+}
+
+function cancelButton(o) {
+  return el("button", { type: "button", class: "cancel-run", "data-key": `cancel:${o.id}`,
+    "aria-label": `Cancel the ${o.kind} run of ${shortTime(o.scheduled_for)}`,
+    onclick: () => cancelRun(o) }, "Cancel");
+}
+
+// The job's concurrency group: its limit, the runs holding its slots and those waiting.
+function renderGroup(box, g) {
+  const holders = g.holders.map((h) => el("li", {}, el("a", { href: `#/jobs/${encodeURIComponent(h.job_id)}` }, h.job_id),
+    ` on ${h.worker_id ?? "–"} since ${sinceIso(h.leased_at)}`));
+  const waiters = g.waiters.map((w) => el("li", {}, el("a", { href: `#/jobs/${encodeURIComponent(w.job_id)}` }, w.job_id),
+    ` due ${sinceIso(w.due)}`));
+  box.replaceChildren(...[
+    el("p", {}, `${g.name} (tenant ${g.tenant}): limit ${g.limit}${g.configured ? "" : " (not set: default)"}, `,
+      el("strong", {}, `${g.holding} holding`), `, ${g.waiting} waiting`),
+    el("h4", {}, "Holding"), holders.length ? el("ul", { class: "plain", "data-group": "holders" }, ...holders)
+      : el("p", { class: "muted" }, "none"),
+    el("h4", {}, "Waiting"), waiters.length ? el("ul", { class: "plain", "data-group": "waiters" }, ...waiters)
+      : el("p", { class: "muted" }, "none"),
+    g.waiting > g.waiters.length ? el("p", { class: "muted" }, `and ${g.waiting - g.waiters.length} more waiting`) : null,
+  ].filter(Boolean));
+}
+
+async function refreshGroup(job) {
+  const section = $("#job-group-section");
+  if (!job.concurrency_group) { section.hidden = true; return; }
+  section.hidden = false;
+  try {
+    const g = await api(`/v1/concurrency-groups/${encodeURIComponent(job.concurrency_group)}` +
+      `?tenant=${encodeURIComponent(job.tenant)}`);
+    render("group", g, $("#job-group"), renderGroup);
+  } catch (e) {
+    $("#job-group").textContent = `cannot load the group: ${e.message}`;
+  }
 }
 
 function drawHistory() {
@@ -233,6 +292,7 @@ export async function refreshJob() {
   }
   render("job", job.value, $("#job-definition"), renderDefinition);
   render("upcoming", job.value.upcoming, $("#job-upcoming"), renderUpcoming);
+  await refreshGroup(job.value);
   if (alerts.status === "fulfilled") render("job-alerts", alerts.value.alerts, $("#job-alerts"), renderJobAlerts);
   if (history.status === "fulfilled") {
     view.nextCursor = history.value.next_cursor;

@@ -23,7 +23,17 @@ import re
 import zoneinfo
 from typing import Any
 
-from raftcron.api import alerts, jobpage, jobs, occurrences, outbox, status, tenants, workers
+from raftcron.api import (
+    alerts,
+    groups,
+    jobpage,
+    jobs,
+    occurrences,
+    outbox,
+    status,
+    tenants,
+    workers,
+)
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
 from raftcron.core import model
@@ -195,6 +205,9 @@ JOB_INPUT: dict[str, Any] = {
         "queue": NAME,
         "paused": {"type": "boolean"},
         "notify": {"type": "array", "maxItems": model.MAX_NOTIFY, "items": HTTP_URL},
+        "concurrency_group": {"type": ["string", "null"], "pattern": NAME["pattern"],
+                              "description": "a concurrency group of the job's tenant: at "
+                                             "most its limit of runs hold leases at once"},
     },
 }
 # PUT takes the id from the URL.
@@ -518,6 +531,33 @@ def _spec() -> dict[str, Any]:
             "/v1/occurrences/{occurrence_id}": {"get": _op(
                 "An occurrence with its attempts",
                 params=[_path("occurrence_id"), CONSISTENT], errors=(404,))},
+            "/v1/occurrences/{occurrence_id}/cancel": {"post": _op(
+                "Cancel a run, with a note (admin, or the run's tenant): a queued one at "
+                "once; a running one is told by its heartbeat answer, killed after a grace "
+                "period and ends cancelled. 409 naming the state when it already ended",
+                params=[_path("occurrence_id")],
+                body={"type": "object", "additionalProperties": False, "required": ["note"],
+                      "properties": {"note": {"type": "string", "minLength": 1,
+                                              "maxLength": alerts.MAX_NOTE,
+                                              "pattern": r"\S"}}},
+                errors=(404, *RAFT_WRITE))},
+            "/v1/concurrency-groups": {"get": _op(
+                "Concurrency groups of the visible tenants (set, or named by a job), with "
+                "runs holding and waiting", params=[CONSISTENT])},
+            "/v1/concurrency-groups/{name}": {
+                "get": _op("One group: limit, jobs, holders and waiters",
+                           params=[*TENANT, _query("tenant", NAME), CONSISTENT],
+                           errors=(404,)),
+                "put": _op(
+                    "Set a group's limit (admin, or the group's tenant): at most `limit` "
+                    "runs of its jobs hold leases at once, across all workers",
+                    params=TENANT, body={
+                        "type": "object", "additionalProperties": False,
+                        "required": ["limit"], "properties": {
+                            "limit": {"type": "integer", "minimum": 1,
+                                      "maximum": groups.MAX_LIMIT},
+                            "tenant": NAME}},
+                    errors=RAFT_WRITE)},
             "/v1/leases": {"post": _op(
                 "Lease due runs (long poll, up to wait_s seconds)", body=LEASES,
                 errors=(503,), extra={"x-long-poll": {"parameter": "wait_s",

@@ -318,7 +318,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.url:
         body["target"] = {"http": {"url": args.url, "method": args.method}}
     for key in ("misfire_policy", "overlap_policy", "max_attempts", "max_runtime_s", "queue",
-                "tenant", "deadline_s"):
+                "tenant", "deadline_s", "concurrency_group"):
         value = getattr(args, key, None)
         if value is not None:
             body[key] = value
@@ -737,6 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
                                help=f"{help_text} (0: off)")
             a.add_argument("--queue")
             a.add_argument("--tenant")
+            a.add_argument("--concurrency-group", dest="concurrency_group",
+                           help="a concurrency group of the job's tenant (raftcron group)")
         if name == "trigger":
             a.add_argument("--key", help="Idempotency-Key")
             a.add_argument("--override-overlap", action="store_true")
@@ -754,6 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_job_runs(jsub)
     register_runs(sub, _Parser)
+    from raftcron.cli.groups import register as register_groups
+
+    register_groups(sub, _Parser)
 
     st = sub.add_parser("status", help="cluster status")
     st.add_argument("--server", default=DEFAULT_SERVER)

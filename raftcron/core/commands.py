@@ -219,6 +219,38 @@ class AlertAction(Command):
     request_hash: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CancelOccurrence(Command):
+    """A person cancels a run. A queued one ends `cancelled` at once; a running one is told
+    through its heartbeat answer and ends `cancelled` when its worker reports (whatever
+    the outcome it reports) or its lease expires. `who` and `note` are kept with it.
+    `tenants` are the tenants the principal may write (None: admin): apply checks the
+    occurrence's tenant against them, on the committed object."""
+
+    TYPE: ClassVar[str] = "cancel_occurrence"
+    request_id: str
+    now_ms: int
+    occurrence_id: str
+    who: str
+    note: str
+    tenants: list[str] | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutConcurrencyGroup(Command):
+    """Set the limit of a tenant's concurrency group: at most `limit` runs of the jobs
+    naming it hold leases at once (enforced by `Lease` at apply time)."""
+
+    TYPE: ClassVar[str] = "put_concurrency_group"
+    request_id: str
+    now_ms: int
+    tenant: str
+    name: str
+    limit: int
+    request_hash: str | None = None
+
+
 # --- leader-only commands ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -409,9 +441,9 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
-        PutTenant, RetryOutbox, SetWebhookKey, AlertAction, BeginEpoch, Claim, Lease, Sweep,
-        RaiseAlert, ResolveAlert, ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries,
-        Heartbeat, Complete, Release,
+        PutTenant, RetryOutbox, SetWebhookKey, AlertAction, CancelOccurrence,
+        PutConcurrencyGroup, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert,
+        ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete, Release,
     )
 }
 

@@ -63,6 +63,7 @@ _TOP_LEVEL = {
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
     "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
+    "concurrency_group",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
 
@@ -105,6 +106,9 @@ class Job:
     min_duration_s: int | None = None
     max_duration_s: int | None = None
     alert_after_failures: int | None = None
+    # A concurrency group of the job's tenant (state.groups); None: none. Left out of the
+    # spec when None, so specs of jobs without one are as before the field existed.
+    concurrency_group: str | None = None
 
     def compiled(self) -> CronSchedule:
         s = self.schedule
@@ -125,6 +129,8 @@ class Job:
         for name in RUN_BOUND_FIELDS:
             if d[name] is None:
                 del d[name]
+        if d["concurrency_group"] is None:
+            del d["concurrency_group"]
         return d
 
     @staticmethod
@@ -154,6 +160,7 @@ class Job:
         sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
         d["target"] = renderable(d["target"])
         d["notify"] = renderable(d["notify"])
+        d.setdefault("concurrency_group", None)
         return d
 
 
@@ -366,4 +373,14 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         queue=_name(data, "queue", "default"),
         paused=paused,
         notify=tuple(notify),
+        concurrency_group=_optional_name(data, "concurrency_group"),
     )
+
+
+def _optional_name(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise ValidationError(key, "must be null or 1-64 characters of A-Z a-z 0-9 . _ -")
+    return value

@@ -177,6 +177,7 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
         conn.executemany("DELETE FROM attempts WHERE id >= ? AND id < ?",
                          [identity.occurrence_attempts(occ_id) for occ_id in chunk])
         conn.execute(f"DELETE FROM occurrences WHERE id IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM cancellations WHERE occurrence_id IN ({marks})", chunk)
     conn.execute("DELETE FROM requests WHERE applied_ms < ?", (cmd.before_ms,))
     conn.execute(
         "DELETE FROM alert_actions WHERE alert_id IN (SELECT id FROM alerts "

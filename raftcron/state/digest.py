@@ -27,10 +27,13 @@ TABLES = {
     "alert_actions": "id",
     "cluster_availability": "id",
     "failure_streaks": "job_id",
+    "cancellations": "occurrence_id",
+    "concurrency_groups": "tenant, name",
 }
 # Tables added after databases were first written: hashed only once they hold a row, so a
 # node of the previous version (no such table) and an upgraded one digest alike until then.
-ADDED_TABLES = frozenset({"alert_actions", "cluster_availability", "failure_streaks"})
+ADDED_TABLES = frozenset({"alert_actions", "cluster_availability", "failure_streaks",
+                          "cancellations", "concurrency_groups"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:

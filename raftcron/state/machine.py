@@ -26,6 +26,8 @@ from raftcron.state import (
     alerts,
     attempts,
     availability,
+    cancellation,
+    groups,
     jobs,
     occurrences,
     outbox,
@@ -94,6 +96,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RetryOutbox: outbox.retry_outbox,
     c.SetWebhookKey: webhook_keys.set_webhook_key,
     c.AlertAction: alerts.alert_action,
+    c.CancelOccurrence: cancellation.cancel_occurrence,
+    c.PutConcurrencyGroup: groups.put_group,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
@@ -121,7 +125,8 @@ STAMP_BEHIND_LIMIT_MS = 2000
 REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
-           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction)
+           c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
+           c.CancelOccurrence, c.PutConcurrencyGroup)
 
 
 class StateMachine:

@@ -260,3 +260,24 @@ CREATE TABLE IF NOT EXISTS failure_streaks (
     failures   INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- Runs cancelled by a person (POST /v1/occurrences/{id}/cancel): who, when and why. The
+-- row is the committed decision: a completion the worker reports later ends the run
+-- `cancelled`, whatever outcome it reports. Pruned with its occurrence.
+CREATE TABLE IF NOT EXISTS cancellations (
+    occurrence_id TEXT PRIMARY KEY,
+    who           TEXT NOT NULL,
+    note          TEXT NOT NULL,
+    at_ms         INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Concurrency groups: at most max_running runs of the tenant's jobs that name the group
+-- (spec.concurrency_group) hold leases at once. A group named by a job but never set
+-- here has a limit of 1 (state.groups.DEFAULT_LIMIT).
+CREATE TABLE IF NOT EXISTS concurrency_groups (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    max_running INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;

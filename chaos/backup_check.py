@@ -7,13 +7,16 @@ loaded node: it is read once), and lets the two others go on (a pause of several
 like the `pause-two` fault). When the digest's index is the backup's, the node held that
 one state throughout (an applied index never goes back). The backup is restored with
 `raftcron restore` into a fresh directory, opened as a node would open it, and its digest
-is compared with the one the node reported at N. The outcome is one `backup` line in the
-history; the checker (chaos/checks_backup.py) names every way it can go wrong.
+is compared with the one the node reported at N (the member records left out on both
+sides: a restore drops them, since a restored backup starts a new cluster). The outcome is
+one `backup` line in the history; the checker (chaos/checks_backup.py) names every way it
+can go wrong.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +28,7 @@ import httpx
 
 from chaos.history import History
 from chaos.procs import Processes
+from raftcron.cluster import membership
 from raftcron.ops.backup import STATE_FILE, BackupError, inspect
 from raftcron.state.db import open_writer
 from raftcron.state.digest import digest
@@ -56,6 +60,23 @@ def restored_digest(backup_file: Path, data_dir: Path, env: dict[str, str]) -> s
         return digest(conn)
     finally:
         conn.close()
+
+
+def backup_digests(backup_file: Path, work: Path) -> tuple[str, str]:
+    """The backup's digest as a node opens it (the source's reported digest at the
+    backup's index must be this), and the same without the member records: a restore
+    drops them by design (raftcron.ops.backup.restore: a restored backup starts a new
+    cluster, which records its own members), so the restored digest must be the second."""
+    copy = work / f"{backup_file.stem}-digested.db"
+    shutil.copyfile(backup_file, copy)
+    conn = open_writer(str(copy))
+    try:
+        full = digest(conn)
+        conn.execute(f"DELETE FROM {membership.TABLE}")
+        return full, digest(conn)
+    finally:
+        conn.close()
+        copy.unlink()
 
 
 def frozen_backup(procs: Processes, http: httpx.Client, env: dict[str, str], source: str,
@@ -106,9 +127,12 @@ def backup_restore_check(procs: Processes, history: History, out: Path) -> None:
                 procs.wait_leader(20)
                 continue
             restored = restored_digest(backup_file, work / f"restored-{attempt}", env)
+            full, without_members = backup_digests(backup_file, work)
             history.write("backup", "ok", "backup-restore", op=op, node=source,
                           paused=others, attempt=attempt, index=index,
-                          cluster_digest=seen["after"]["digest"], restored_digest=restored)
+                          cluster_digest=seen["after"]["digest"], backup_digest=full,
+                          backup_digest_without_members=without_members,
+                          restored_digest=restored)
             return
         history.write("backup", "fail", "backup-restore", op=op,
                       error=f"the source moved during every one of {TRIES} tries")

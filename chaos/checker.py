@@ -23,7 +23,9 @@ from chaos import (
     checks_backup,
     checks_calendar,
     checks_effects,
+    checks_groups,
     checks_inputs,
+    checks_membership,
     checks_retention,
     checks_schedule,
     checks_tenants,
@@ -64,10 +66,14 @@ CHECKS = (
     "quota_fires_exceeded", "quota_skip_unjustified", "quota_concurrency_exceeded",
     # retention (checks_retention)
     "retention_early", "retention_unfinished", "retention_unobserved",
+    # concurrency groups (checks_groups)
+    "group_limit_exceeded", "group_unobserved",
     # backup -> restore (checks_backup)
     "backup_missing", "backup_failed", "backup_digest_mismatch",
     # several schedules and calendars (checks_calendar)
     *checks_calendar.CHECKS,
+    # remove a follower, add a fresh node (checks_membership)
+    "membership_missing", "membership_failed", "departure_read_missing", "member_set_wrong",
 )
 
 
@@ -115,6 +121,12 @@ def load_run(d: Path) -> dict[str, Any]:
         run["observed"], run["corrupt_lines"]["observed"] = _jsonl(d / "observed.jsonl")
     except OSError:
         run["observed"] = []
+    # The removed node's read at its removal: required only by a run whose membership
+    # change completed (checks_membership fails closed on its absence).
+    try:
+        run["departed"] = json.loads((d / "departed.json").read_text())
+    except (OSError, ValueError):
+        run["departed"] = {}
     return run
 
 
@@ -125,15 +137,23 @@ def check_run(run: dict[str, Any],
     rep = Report()
     hist = run.get("history") or []
     final = run.get("final") or {}
-    attempts = final.get("attempts") or {}
     meta = run.get("meta") or {}
-    sink = run.get("sink") or []
+    records = run.get("sink") or []
+    sink = [s for s in records if s.get("event", "offer") == "offer"]
     ops = _client_ops(hist)
 
     checks_inputs.check_inputs(rep, run)
+    membership = checks_membership.check_membership(rep, run, required=bool(meta.get("profile")))
+    # A node removed mid-run is checked like the others on its read at the removal, up to
+    # its cut-off (`checked_until`).
+    departed = checks_membership.departed_nodes(run)
+    attempts = {**(final.get("attempts") or {}),
+                **{nid: node.get("attempts") or {} for nid, node in departed.items()}}
+    with_departed = {**run, "final": {**final, "nodes": {**(final.get("nodes") or {}),
+                                                         **departed}}}
     # Occurrences that retention pruned legitimately are put back (with their observed
     # state) before any check reads the nodes; everything else absent stays absent.
-    nodes, pruned = checks_retention.restore_pruned(rep, run, _first_created(ops))
+    nodes, pruned = checks_retention.restore_pruned(rep, with_departed, _first_created(ops))
     checks_inputs.check_faults(rep, hist)
     checks_inputs.check_digests(rep, final, checks_inputs.expected_nodes(hist))
     _check_duplicates(rep, nodes, sink, ops, attempts)
@@ -151,6 +171,7 @@ def check_run(run: dict[str, Any],
         {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
                                             window_end)
+    groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
     backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
 
     stats = {
@@ -168,6 +189,10 @@ def check_run(run: dict[str, Any],
         "retention": {"retention_s": meta.get("retention_s"), "restored_pruned": pruned,
                       "observations": len(run.get("observed") or [])},
         "backups_compared": backups,
+        "membership": [{k: h.get(k) for k in ("removed", "added", "members", "cutoff_index",
+                                              "removed_s", "caught_up_s", "elapsed_s")}
+                       for h in membership],
+        "groups": groups,
     }
     stats["coverage"]["quota_skips"] = quota_skips
     stats["coverage"]["retention_prunes"] = pruned
@@ -320,9 +345,10 @@ def _check_acks(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]) -
             continue
         jobs = {j["id"]: j for j in node.get("jobs", [])}
         occ_ids = {o["id"] for o in node.get("occurrences", [])}
+        until = node.get("checked_until")  # a removed node: what was acked before its cut-off
         for op in ops:
             done = op.get("done")
-            if not done or done["type"] != "ok":
+            if not done or done["type"] != "ok" or (until and done["cluster_wall"] > until):
                 continue
             inv, resp = op["invoke"], done.get("response") or {}
             if op["f"] == "create" and inv["job"] not in jobs:

@@ -52,9 +52,13 @@ def check_inputs(rep: Report, run: dict[str, Any]) -> None:
 
 
 def expected_nodes(hist: list[dict[str, Any]]) -> set[str]:
-    """The node ids the harness started (its `node-start` notes)."""
-    return {h["node"] for h in hist if h.get("process") == "harness"
-            and h.get("f") == "node-start" and h.get("node")}
+    """The node ids the harness started (its `node-start` notes), less those a completed
+    membership change removed (checked up to their removal: chaos/checks_membership.py)."""
+    started = {h["node"] for h in hist if h.get("process") == "harness"
+               and h.get("f") == "node-start" and h.get("node")}
+    removed = {h["removed"] for h in hist if h.get("process") == "membership"
+               and h.get("type") == "ok" and h.get("removed")}
+    return started - removed
 
 
 def check_faults(rep: Report, hist: list[dict[str, Any]]) -> None:

@@ -29,6 +29,9 @@ FINISHED = ("succeeded", "failed", "skipped", "cancelled")
 # the others. A node also prunes from occurrences' finish times, stamped by the same
 # clocks: 1 s covers both.
 CLOCK_SLACK_S = 1.0
+# A removed node holds what was committed before its cut-off; a claim stamped this close to
+# the cut-off may have committed after it (checks_schedule.END_MARGIN_S: the same margin).
+CUTOFF_MARGIN_S = 2.0
 
 
 def observed_bands(observed: list[dict[str, Any]]) -> list[tuple[float, float]]:
@@ -98,7 +101,8 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
     # Nodes are read one after another while the leader keeps pruning: each node's horizon
     # is a retention before the end of its own read (its `final-read` note).
     read_at = {h["node"]: h["cluster_wall"] for h in run.get("history") or []
-               if h.get("process") == "harness" and h.get("f") == "final-read"}
+               if h.get("process") == "harness"
+               and h.get("f") in ("final-read", "departure-read")}
     if first_instant is not None:
         last_read = max([end, *read_at.values()])
         _check_observed(rep, observed, first_instant, last_read - retention + CLOCK_SLACK_S)
@@ -112,9 +116,12 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
         have = {o["id"] for o in node.get("occurrences", [])}
         horizon = read_at.get(nid, end) - retention + CLOCK_SLACK_S
         back: list[dict[str, Any]] = []
+        until = node.get("checked_until")  # a node removed mid-run: read up to its cut-off
         for occ_id, (at, o) in sorted(seen.items()):
             if occ_id in have:
                 continue
+            if until and (ts(o.get("created_at")) or 0) > until - CUTOFF_MARGIN_S:
+                continue  # claimed after the removed node's cut-off: never owed to it
             finished = ts(o.get("finished_at"))
             if o["status"] in FINISHED and finished is not None:
                 if finished >= horizon:

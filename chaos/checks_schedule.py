@@ -155,6 +155,8 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
     versions = job_versions(ops, nodes)
     policies = job_policies(ops, nodes)
     for nid, node in sorted(nodes.items()):
+        # A node removed mid-run was read complete up to its cut-off, not to the run's end.
+        end = node.get("checked_until") or window_end
         by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
         claims = sorted(ts(o["created_at"]) or 0.0 for o in node.get("occurrences", [])
                         if o["kind"] == "scheduled")
@@ -165,9 +167,9 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
             occs = sorted(by_job.get(job, []), key=lambda o: o["scheduled_for"])
             if not _versions_known(rep, nid, job, occs, vs):
                 continue
-            _check_lost(rep, nid, job, occs, vs, window_end, claims)
+            _check_lost(rep, nid, job, occs, vs, end, claims)
             _check_policy(rep, nid, job, occs, policies.get(job, DEFAULTS))
-        _check_stuck(rep, nid, node, policies, window_end, attempts.get(nid) or {})
+        _check_stuck(rep, nid, node, policies, end, attempts.get(nid) or {})
 
 
 def _versions_known(rep: Report, nid: str, job: str, occs: list[dict[str, Any]],

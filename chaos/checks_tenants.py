@@ -14,7 +14,8 @@ node answered, its committed tenants (they win):
   only while certainly so: leased at or before the instant, finished at least
   CONCURRENCY_MARGIN_S after it, and neither leased nor finished during (or near) a
   clock fault, whose skewed node may have stamped it (a leader under a clock strobe
-  stamped leases 4 s off in a long run: with such stamps the check cannot decide).
+  stamped leases 4 s off in a long run: with such stamps the check cannot decide); a
+  skewed node's stamps lie in the fault's window shifted by the fault's offset.
 """
 
 from __future__ import annotations
@@ -80,9 +81,19 @@ def check_fire_quotas(rep: Report, nodes: dict[str, Any], quotas: dict[str, dict
 
 
 def _clock_fault_near(t: float, windows: list[dict[str, Any]], end: float) -> bool:
-    return any(w["kind"] in CLOCK_FAULTS
-               and w["start"] - CLOCK_FAULT_SLACK_S <= t
-               <= (w["stop"] or end) + CLOCK_FAULT_SLACK_S for w in windows)
+    """Could a node under a clock fault have stamped `t`? Its stamps lie in the fault's
+    window shifted by the offset it set: a bump moves them by `offset_ms` (262 s ahead,
+    a follower's completion stamps lay minutes after the window), a strobe by 0 to
+    `delta_ms`."""
+    for w in windows:
+        if w["kind"] not in CLOCK_FAULTS:
+            continue
+        info = w.get("info") or {}
+        shifts = [0.0, (info.get("offset_ms") or 0) / 1000, (info.get("delta_ms") or 0) / 1000]
+        if (w["start"] + min(shifts) - CLOCK_FAULT_SLACK_S <= t
+                <= (w["stop"] or end) + max(shifts) + CLOCK_FAULT_SLACK_S):
+            return True
+    return False
 
 
 def check_concurrency(rep: Report, nodes: dict[str, Any], attempts: dict[str, list[dict]],

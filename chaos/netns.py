@@ -1,10 +1,11 @@
 """Network namespaces for a chaos run, and nftables partitions inside them.
 
 Layout (per run, names carry a short per-run prefix so parallel runs do not collide):
-a switch namespace `<p>sw` holding bridge br0; node namespaces `<p>n1..n3` at
-10.77.0.11-13; a client namespace `<p>cl` at 10.77.0.20 where the harness, workers,
-sink and proxy run. Nothing is added to the root namespace. A partition is a
-`table inet chaos` inside a node namespace (heal = delete the table).
+a switch namespace `<p>sw` holding bridge br0; node namespaces `<p>n1..n4` at
+10.77.0.11-14 (n4: the spare slot a membership change adds); a client namespace `<p>cl` at
+10.77.0.20 where the harness, workers, sink and proxy run. Nothing is added to the root
+namespace. A partition is a `table inet chaos` inside a node namespace (heal = delete the
+table).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def sh(*args: str, check: bool = True, input_: str | None = None) -> subprocess.
 @dataclass
 class Netns:
     prefix: str
-    nodes: int = 3
+    nodes: int = 4  # three voters and one spare slot
 
     @property
     def switch(self) -> str:

@@ -37,38 +37,49 @@ def write_tokens(root: Path) -> tuple[str, str]:
             create_token(str(path), ["worker"], "chaos-worker"))
 
 
+def raft_addr(index: int) -> str:
+    return f"{node_ip(index)}:{RAFT_PORT}"
+
+
+def write_node_config(root: Path, index: int, peers: list[int]) -> Path:
+    """Node `n<index>`'s config, listing the nodes `peers` (by index) as its peers."""
+    nid = f"n{index}"
+    lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
+             f'raft_addr = "{raft_addr(index)}"', f'http_host = "{node_ip(index)}"',
+             f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
+             'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"', ""]
+    for j in peers:
+        if j != index:
+            lines += ["[[peers]]", f'id = "n{j}"', f'raft_addr = "{raft_addr(j)}"',
+                      f'http_url = "http://{node_ip(j)}:{HTTP_PORT}"', ""]
+    path = root / f"{nid}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
 def write_configs(root: Path, n: int) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     secret = root / "cluster.secret"
     secret.write_text(secrets.token_urlsafe(32) + "\n")
     secret.chmod(0o600)
-    ids = [f"n{i}" for i in range(1, n + 1)]
-    out = {}
-    for i, nid in enumerate(ids, start=1):
-        lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
-                 f'raft_addr = "{node_ip(i)}:{RAFT_PORT}"', f'http_host = "{node_ip(i)}"',
-                 f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
-                 'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"', ""]
-        for j, other in enumerate(ids, start=1):
-            if other != nid:
-                lines += ["[[peers]]", f'id = "{other}"',
-                          f'raft_addr = "{node_ip(j)}:{RAFT_PORT}"',
-                          f'http_url = "http://{node_ip(j)}:{HTTP_PORT}"', ""]
-        path = root / f"{nid}.toml"
-        path.write_text("\n".join(lines))
-        out[nid] = path
-    return out
+    return {f"n{i}": write_node_config(root, i, list(range(1, n + 1)))
+            for i in range(1, n + 1)}
 
 
 class Processes:
     def __init__(self, out: Path, netns: Netns, history: History, base_offset_s: float,
-                 n: int = 3) -> None:
+                 n: int = 3, spares: int = 0) -> None:
         self.out = out
         self.netns = netns
         self.history = history
         self.base_offset_s = base_offset_s
+        # The current voters. A membership change (chaos/membership_step.py) replaces the
+        # list (never edits it in place: other threads iterate it); faults, heals and the
+        # monitor only ever see current members. `spares` are node slots (a namespace and an
+        # address each) that can join later.
         self.ids = [f"n{i}" for i in range(1, n + 1)]
-        self.index = {nid: i for i, nid in enumerate(self.ids, start=1)}
+        self.spares = [f"n{i}" for i in range(n + 1, n + spares + 1)]
+        self.index = {f"n{i}": i for i in range(1, n + spares + 1)}
         self.urls = {nid: f"http://{node_ip(i)}:{HTTP_PORT}" for nid, i in self.index.items()}
         self.configs = write_configs(out / "nodes", n)
         self.admin_token, self.worker_token = write_tokens(out / "nodes")
@@ -114,6 +125,19 @@ class Processes:
             self.nodes[nid] = proc
             return proc.pid
 
+    def write_joiner_config(self, nid: str) -> Path:
+        """A config for spare `nid` that lists the current members as its peers (what an
+        operator writes for a node that joins)."""
+        with self.lock:
+            self.configs[nid] = write_node_config(
+                self.out / "nodes", self.index[nid], [self.index[n] for n in self.ids])
+            return self.configs[nid]
+
+    def set_members(self, ids: list[str]) -> None:
+        with self.lock:
+            self.spares = [n for n in self.spares if n not in ids]
+            self.ids = list(ids)
+
     def node_pid(self, nid: str) -> int | None:
         proc = self.nodes.get(nid)
         return proc.pid if proc and proc.poll() is None else None
@@ -153,7 +177,7 @@ class Processes:
         with self.lock:
             if servers is not None:
                 self.worker_servers[wid] = servers
-            servers = self.worker_servers.get(wid) or list(self.urls.values())
+            servers = self.worker_servers.get(wid) or [self.urls[n] for n in self.ids]
             env = dict(os.environ)
             env["CHAOS_WORKER"] = wid
             env["CHAOS_SINK"] = self.sink_url
@@ -208,7 +232,8 @@ class Processes:
             stdout=self._log("sink"), stderr=subprocess.STDOUT, env=env,
             start_new_session=True)
         maps = []
-        for nid, i in self.index.items():
+        for nid in self.ids:
+            i = self.index[nid]
             maps += ["--map", f"{PROXY_PORT_BASE + i}={self.urls[nid]}"]
         self.aux["proxy"] = subprocess.Popen(
             [sys.executable, "-m", "chaos.proxy", "--host", CLIENT_IP, *maps,
@@ -226,7 +251,7 @@ class Processes:
         raise RuntimeError("the sink did not start")
 
     def proxy_urls(self) -> list[str]:
-        return [f"http://{CLIENT_IP}:{PROXY_PORT_BASE + i}" for i in self.index.values()]
+        return [f"http://{CLIENT_IP}:{PROXY_PORT_BASE + self.index[n]}" for n in self.ids]
 
     # --- views ---------------------------------------------------------------------------
 

@@ -64,9 +64,10 @@ def write_report(d: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
               "## Client operations", "", f"`{json.dumps(st['client_ops'])}`", "",
               "## Occurrences (reference node)", "", f"`{json.dumps(st['occurrences'])}`", "",
               "## Tenant quotas", "", f"`{json.dumps(st.get('tenants'))}`", "",
+              "## Concurrency groups", "", f"`{json.dumps(st.get('groups'))}`", "",
               "## Retention", "", f"`{json.dumps(st.get('retention'))}`", "",
               "## Backup -> restore", "", f"digests compared: {st.get('backups_compared')}",
-              ""]
+              "", "## Membership change", "", f"`{json.dumps(st.get('membership'))}`", ""]
     if summary["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"][:50]]
     png = _timeline(d, summary)

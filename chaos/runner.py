@@ -18,10 +18,12 @@ import httpx
 
 from chaos.backup_check import backup_restore_check
 from chaos.history import History
+from chaos.membership_step import replace_follower
 from chaos.nemesis import Nemesis, plan
 from chaos.netns import Netns
 from chaos.observer import Observer
 from chaos.procs import RETENTION_S, Processes
+from chaos.reads import _get, read_attempts, read_node  # noqa: F401 (_get: tests)
 from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
 
 QUIET_S = 6.0  # >= 3 x the election timeout (0.3-0.6 s) with a wide margin
@@ -78,7 +80,7 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
     start_at = DST_TRANSITION_UTC.timestamp() - DST_LEAD_S - 15
     base = start_at - time.time()
     history = History(out / "history.jsonl", seed, base)
-    procs = Processes(out, netns, history, base)
+    procs = Processes(out, netns, history, base, spares=1)
     nemesis = Nemesis(procs, netns, history)
     nemesis.base_drop_p = cfg["drop_p"]
     stop = threading.Event()
@@ -126,7 +128,14 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
               flush=True)
         time.sleep(5)
         backup_at = len(schedule) // 2  # one backup -> restore check, mid-run
+        # One membership change, a third into the faults: later faults (and the backup
+        # check) then hit the fresh node as well. Scheduled, not drawn: it always runs.
+        membership_at = len(schedule) // 3
         for i, p in enumerate(schedule):
+            if i == membership_at and not stop.is_set():
+                print(f"chaos: +{time.monotonic() - t0:6.1f}s membership: remove a follower, "
+                      "add a fresh node", flush=True)
+                replace_follower(procs, history, out)
             if i == backup_at and not stop.is_set():
                 print(f"chaos: +{time.monotonic() - t0:6.1f}s backup -> restore check",
                       flush=True)
@@ -203,22 +212,6 @@ def _monitor(procs: Processes, history: History, stop: threading.Event) -> None:
         stop.wait(0.5)
 
 
-def _get(http: httpx.Client, url: str, **kw: Any) -> Any:
-    """The JSON of a 200 answer, retried a few times; None at once on a 404 (a definite
-    answer: retention prunes occurrences while the final reads run)."""
-    for _ in range(5):
-        try:
-            r = http.get(url, **kw)
-            if r.status_code == 200:
-                return r.json()
-            if r.status_code == 404:
-                return None
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    return None
-
-
 def sample_digests(procs: Processes, http: httpx.Client,
                    timeout_s: float = 90.0) -> dict[str, list[dict[str, Any]]]:
     """Read every node's (applied index, digest) many times, all nodes at once, until one
@@ -276,54 +269,21 @@ def final_reads(procs: Processes, history: History, out: Path) -> None:
     final: dict[str, Any] = {"digests": barrier_digests(samples), "digest_samples": samples,
                              "nodes": {}}
     for nid in procs.ids:
-        base = procs.urls[nid]
-        node: dict[str, Any] = {"cluster": _get(http, base + "/v1/cluster"),
-                                "tenants": (_get(http, base + "/v1/tenants") or {}).get(
-                                    "tenants")}
-        jobs: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
-            page = _get(http, base + "/v1/jobs", params=params)
-            if not page:
-                break
-            jobs += page["jobs"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
-        node["jobs"] = jobs
-        occs: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
-            page = _get(http, base + "/v1/occurrences", params=params)
-            if not page:
-                node["occurrences_incomplete"] = True
-                break
-            occs += page["occurrences"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
-        node["occurrences"] = occs
+        node = read_node(http, procs.urls[nid])
         final["nodes"][nid] = node
-        history.write("harness", "note", "final-read", node=nid, jobs=len(jobs),
-                      occurrences=len(occs), digest=final["digests"].get(nid))
-    # Attempts: every occurrence that ever had one, from every node, in parallel.
+        history.write("harness", "note", "final-read", node=nid, jobs=len(node["jobs"]),
+                      occurrences=len(node["occurrences"]), digest=final["digests"].get(nid))
+    # Attempts: every occurrence that ever had one, from every node, the nodes at once
+    # (each node serves its own reads: one after another, this was 35 s of every run).
     from concurrent.futures import ThreadPoolExecutor
 
-    def attempts_of(args: tuple[str, str]) -> tuple[str, str, Any]:
-        nid, occ_id = args
-        from urllib.parse import quote
+    def attempts_of(nid: str) -> dict[str, Any]:
+        return read_attempts(http, procs.urls[nid], [o["id"] for o in final["nodes"][nid][
+            "occurrences"] if o["attempts"]])
 
-        data = _get(http, procs.urls[nid] + "/v1/occurrences/" + quote(occ_id, safe=""))
-        return nid, occ_id, (data or {}).get("attempt_list")
-
-    work = [(nid, o["id"]) for nid, node in final["nodes"].items()
-            for o in node["occurrences"] if o["attempts"]]
-    attempts: dict[str, dict[str, Any]] = {nid: {} for nid in procs.ids}
-    with ThreadPoolExecutor(8) as pool:
-        for nid, occ_id, lst in pool.map(attempts_of, work):
-            attempts[nid][occ_id] = lst
+    with ThreadPoolExecutor(len(final["nodes"]) or 1) as pool:
+        attempts = dict(zip(final["nodes"], pool.map(attempts_of, final["nodes"]),
+                            strict=True))
     final["attempts"] = attempts
     final["read_at_wall"] = time.time()
     (out / "final.json").write_text(json.dumps(final))

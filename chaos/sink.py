@@ -53,6 +53,18 @@ class Sink:
             self.log.write(json.dumps(rec, sort_keys=True) + "\n")
         return rec
 
+    def hold(self, h: dict[str, str], phase: str) -> dict[str, Any]:
+        """A concurrency-group job's process starting or ending (chaos/checks_groups.py):
+        numbered in the same arrival order as the offers."""
+        with self.lock:
+            self.seq += 1
+            rec = {"event": "hold", "seq": self.seq, "phase": phase, "group": h.get("x-group"),
+                   "wall": round(time.time(), 6), "job": h.get("x-job"),
+                   "occurrence": h.get("x-occ"), "attempt": h.get("x-attempt"),
+                   "token": int(h.get("x-token") or -1), "worker": h.get("x-worker")}
+            self.log.write(json.dumps(rec, sort_keys=True) + "\n")
+        return rec
+
 
 def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -64,6 +76,11 @@ def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
                 self.rfile.read(length)
             if self.path.startswith("/effect"):
                 rec = sink.record({k.lower(): v for k, v in self.headers.items()})
+                body = json.dumps(rec).encode()
+                self.send_response(200)
+            elif self.path.startswith("/hold?phase="):
+                rec = sink.hold({k.lower(): v for k, v in self.headers.items()},
+                                self.path.split("=", 1)[1])
                 body = json.dumps(rec).encode()
                 self.send_response(200)
             else:

@@ -40,7 +40,7 @@ log = logging.getLogger("raftcron.node")
 
 JOB_COMMANDS = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)
 WORK_COMMANDS = (c.Claim, c.TriggerManual, c.Backfill, c.Complete, c.Sweep, c.Release,
-                 c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant)
+                 c.PutJob, c.ResumeJob, c.DeleteJob, c.PutTenant, c.PutConcurrencyGroup)
 OUTBOX_COMMANDS = (c.RaiseAlert, c.ResolveAlert, c.Complete, c.Sweep, c.RetryOutbox)
 
 
@@ -321,7 +321,8 @@ class Node:
         self.duties = LeaderDuties(term, self.proposer, self.open_reader, self._duties_exited,
                                    self.duty_settings, self.metrics.on_duty_event)
         for duty in (self.duties.ticker, self.duties.sweeper, self.duties.dispatcher,
-                     self.duties.deadlines, self.duties.retention, self.duties.backlog):
+                     self.duties.deadlines, self.duties.retention, self.duties.backlog,
+                     self.duties.run_bounds, self.duties.availability):
             if duty is not None:
                 duty.gate = self.clock_guard.confirmed
         self.duties.start()

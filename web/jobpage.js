@@ -4,7 +4,7 @@
 // its attempts (worker, fencing token, times, exit code, output, error).
 
 import {
-  $, el, td, statusBadge, sinceIso, shortTime, between, render, forget, fillRows, api, say,
+  $, el, td, statusBadge, sinceIso, shortTime, causeText, between, render, forget, fillRows, api, say,
   actionButton, idempotencyKey,
 } from "./lib.js";
 
@@ -34,7 +34,8 @@ export function openJob(jobId) {
     view.proposal = null;
     // Nothing of the job shown before stays on screen under this one's title.
     for (const sel of ["#job-definition", "#job-actions", "#job-upcoming", "#job-alerts",
-      "#history tbody"]) $(sel).replaceChildren();
+      "#history tbody", "#job-group"]) $(sel).replaceChildren();
+    $("#job-group-section").hidden = true;
     historyData = null;
     forget();
   }
@@ -70,7 +71,9 @@ function definitionRows(j) {
     ["Limits", [j.max_runtime_s ? `max runtime ${j.max_runtime_s} s` : "no max runtime",
       j.deadline_s ? `deadline ${j.deadline_s} s` : "no deadline",
       `heartbeat timeout ${j.heartbeat_timeout_s} s`].join(", ")],
+    ["Run alerts", runBounds(j)],
     ["Queue", j.queue], ["Tenant", j.tenant],
+    j.concurrency_group ? ["Concurrency group", j.concurrency_group] : null,
     ["Version", `${j.version}, last changed ${sinceIso(j.updated_at)} (${shortTime(j.updated_at)}); ` +
       `created ${shortTime(j.created_at)}`],
     ["State", el("span", { class: `state state-${j.paused ? "paused" : "active"}`,
@@ -79,6 +82,17 @@ function definitionRows(j) {
     ["Target", el("code", { class: "target" }, JSON.stringify(j.target))],
     s.jitter_s ? ["Jitter", `${s.jitter_s} s`] : null,
   ].filter(Boolean);
+}
+
+// The run bounds (each off unless set), as the job page and its tests read them.
+function runBounds(j) {
+  const parts = [
+    j.start_deadline_s ? `not started within ${j.start_deadline_s} s` : null,
+    j.min_duration_s ? `faster than ${j.min_duration_s} s` : null,
+    j.max_duration_s ? `slower than ${j.max_duration_s} s (not killed)` : null,
+    j.alert_after_failures ? `after ${j.alert_after_failures} consecutive failure${j.alert_after_failures === 1 ? "" : "s"}` : null,
+  ].filter(Boolean);
+  return parts.length ? `alert when ${parts.join("; ")}` : "none";
 }
 
 function renderDefinition(dl, j) {
@@ -111,7 +125,8 @@ function renderJobAlerts(list, alerts) {
   }
   list.replaceChildren(...alerts.map((a) => el("li", {},
     el("span", { class: `status alert-${a.status}` }, a.status === "open" ? "⚠ open" : "✓ resolved"),
-    ` ${a.reason} · raised ${sinceIso(a.raised_at)}`,
+    ` ${a.kind}: ${a.reason} · raised ${sinceIso(a.raised_at)}`,
+    a.cause ? el("span", { class: "cause", "data-cause": a.cause }, ` · ${causeText(a.cause)}`) : "",
     a.message ? ` · ${a.message}` : "",
     a.acknowledged ? ` · acknowledged by ${a.acknowledged.by}: ${a.acknowledged.note}` : "")));
 }
@@ -178,7 +193,8 @@ function renderHistory(tbody, { occurrences }) {
       el("td", {}, el("button", { type: "button", "aria-expanded": String(open),
         "aria-controls": detailsId, "data-key": `expand:${o.id}`,
         "aria-label": `${open ? "Hide" : "Show"} attempts of ${shortTime(o.scheduled_for)} ${o.kind}`,
-        onclick: () => toggle(o.id) }, open ? "Hide attempts" : "Attempts"))));
+        onclick: () => toggle(o.id) }, open ? "Hide attempts" : "Attempts"),
+      ["pending", "running"].includes(o.status) ? cancelButton(o) : null)));
     if (open) {
       const detail = view.attempts.get(o.id);
       rows.push(el("tr", { class: "attempts-row", id: detailsId },
@@ -194,6 +210,62 @@ function renderHistory(tbody, { occurrences }) {
   $("#history-page").textContent = `page ${page}` + (view.nextCursor ? "" : " (oldest)");
   $("#history-older").disabled = !view.nextCursor;
   $("#history-newest").disabled = page === 1;
+}
+
+// POST /v1/occurrences/{id}/cancel with a note asked for first. A queued run ends at once;
+// a running one is stopped by its worker at its next heartbeat (the row shows it then).
+async function cancelRun(o) {
+  const when = shortTime(o.scheduled_for);
+  const note = window.prompt(`Cancel the ${o.kind} run of ${when}? Why (kept with the run):`);
+  if (note === null) { say(`Cancel ${when}: not sent`); return; }
+  if (!note.trim()) { say(`Cancel ${when}: a note is required`); return; }
+  try {
+    const result = await api(`/v1/occurrences/${encodeURIComponent(o.id)}/cancel`, {
+      method: "POST", body: JSON.stringify({ note }),
+      headers: { "Idempotency-Key": idempotencyKey() } });
+    say(result.status === "cancelled" ? `Cancelled the run of ${when}`
+      : `The run of ${when} is stopping: its worker kills it at its next heartbeat`);
+    forget("history");
+    refreshJob();
+  } catch (e) {
+    say(`Cancel ${when} failed: ${e.message}`);
+  }
+}
+
+function cancelButton(o) {
+  return el("button", { type: "button", class: "cancel-run", "data-key": `cancel:${o.id}`,
+    "aria-label": `Cancel the ${o.kind} run of ${shortTime(o.scheduled_for)}`,
+    onclick: () => cancelRun(o) }, "Cancel");
+}
+
+// The job's concurrency group: its limit, the runs holding its slots and those waiting.
+function renderGroup(box, g) {
+  const holders = g.holders.map((h) => el("li", {}, el("a", { href: `#/jobs/${encodeURIComponent(h.job_id)}` }, h.job_id),
+    ` on ${h.worker_id ?? "–"} since ${sinceIso(h.leased_at)}`));
+  const waiters = g.waiters.map((w) => el("li", {}, el("a", { href: `#/jobs/${encodeURIComponent(w.job_id)}` }, w.job_id),
+    ` due ${sinceIso(w.due)}`));
+  box.replaceChildren(...[
+    el("p", {}, `${g.name} (tenant ${g.tenant}): limit ${g.limit}${g.configured ? "" : " (not set: default)"}, `,
+      el("strong", {}, `${g.holding} holding`), `, ${g.waiting} waiting`),
+    el("h4", {}, "Holding"), holders.length ? el("ul", { class: "plain", "data-group": "holders" }, ...holders)
+      : el("p", { class: "muted" }, "none"),
+    el("h4", {}, "Waiting"), waiters.length ? el("ul", { class: "plain", "data-group": "waiters" }, ...waiters)
+      : el("p", { class: "muted" }, "none"),
+    g.waiting > g.waiters.length ? el("p", { class: "muted" }, `and ${g.waiting - g.waiters.length} more waiting`) : null,
+  ].filter(Boolean));
+}
+
+async function refreshGroup(job) {
+  const section = $("#job-group-section");
+  if (!job.concurrency_group) { section.hidden = true; return; }
+  section.hidden = false;
+  try {
+    const g = await api(`/v1/concurrency-groups/${encodeURIComponent(job.concurrency_group)}` +
+      `?tenant=${encodeURIComponent(job.tenant)}`);
+    render("group", g, $("#job-group"), renderGroup);
+  } catch (e) {
+    $("#job-group").textContent = `cannot load the group: ${e.message}`;
+  }
 }
 
 function drawHistory() {
@@ -237,6 +309,7 @@ export async function refreshJob() {
   }
   render("job", job.value, $("#job-definition"), renderDefinition);
   render("upcoming", job.value.upcoming, $("#job-upcoming"), renderUpcoming);
+  await refreshGroup(job.value);
   if (alerts.status === "fulfilled") render("job-alerts", alerts.value.alerts, $("#job-alerts"), renderJobAlerts);
   if (history.status === "fulfilled") {
     view.nextCursor = history.value.next_cursor;
@@ -309,7 +382,8 @@ async function runBackfill(event) {
 // The fields PUT /v1/jobs/{id} takes (GET adds version, watermark, times, next fires).
 const JOB_FIELDS = ["id", "tenant", "schedule", "target", "misfire_policy", "misfire_grace_s",
   "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
-  "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "queue", "notify"];
+  "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "start_deadline_s", "min_duration_s",
+  "max_duration_s", "alert_after_failures", "queue", "notify"];
 
 function fireList(fires) {
   return el("ol", { class: "fires" }, ...fires.map((f) => el("li", { class: f.dst_change ? "dst" : null },

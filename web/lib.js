@@ -106,6 +106,12 @@ export function sinceIso(iso) {
   return iso ? age((Date.now() - Date.parse(iso)) / 1000) : "–";
 }
 
+// An alert's cause in words: "cluster_unavailable" says it is the cluster's trouble, not
+// the job's (no leader, or its clock refused, when the instant was due).
+export function causeText(cause) {
+  return cause === "cluster_unavailable" ? "cause: cluster unavailable (not the job)" : `cause: ${cause}`;
+}
+
 export function shortTime(iso) {
   return iso ? iso.replace("T", " ").replace("Z", " UTC") : "–";
 }

@@ -3,7 +3,7 @@
 // filterable), the charts, then the cluster, running attempts, workers, queues, tenants.
 
 import {
-  $, SYMBOL, el, td, statusBadge, jobLink, age, sinceIso, shortTime, render, forget,
+  $, SYMBOL, el, td, statusBadge, jobLink, age, sinceIso, shortTime, causeText, render, forget,
   fillRows, api, say, actionButton,
 } from "./lib.js";
 import { renderHerd, renderLag } from "./charts.js";
@@ -121,7 +121,8 @@ function renderAlerts(tbody, { open, resolved }) {
         "data-key": `resolve:${a.id}`, onclick: open("resolve") }, "Resolve")) : td("–");
     rows.push(el("tr", { "data-alert": a.id },
       td(state), td(jobLink(a.job_id)),
-      td(`${a.reason}${a.scheduled_for ? ` · ${shortTime(a.scheduled_for)}` : ""}`),
+      td(el("span", {}, `${a.kind}: ${a.reason}${a.scheduled_for ? ` · ${shortTime(a.scheduled_for)}` : ""}`,
+        a.cause ? el("span", { class: "cause", "data-cause": a.cause }, ` · ${causeText(a.cause)}`) : "")),
       td(sinceIso(a.raised_at)), td(alertNotes(a), { class: "notes" }), actions));
     if (alertForms.has(a.id)) rows.push(noteForm(a, alertForms.get(a.id), 6));
   }

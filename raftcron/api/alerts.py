@@ -21,7 +21,7 @@ from raftcron.core.timefmt import ms_to_iso
 STATUSES = ("open", "resolved", "all")
 ALERT_SELECT = (
     "SELECT id, kind, job_id, occurrence_id, reason, status, raised_ms, resolved_ms, "
-    "acked_ms, acked_by, ack_note FROM alerts"
+    "acked_ms, acked_by, ack_note, cause FROM alerts"
 )
 MAX_NOTE = 1000
 MAX_ALERT_ID = 600
@@ -93,13 +93,16 @@ async def alerts_to_api(ctx: ApiContext, rows: list[tuple]) -> list[dict[str, An
             actions[aid].append((at, {"event": action, "at": ms_to_iso(at), "by": who,
                                       "note": note}))
     alerts = []
-    for aid, kind, job, occ, reason, st, raised, resolved, acked, acked_by, note in rows:
+    for aid, kind, job, occ, reason, st, raised, resolved, acked, acked_by, note, cause in rows:
         history = _merge(events[aid], actions[aid])
         raised_events = [h for h in history if h["event"] == "raised"]
         last = raised_events[-1] if raised_events else {}
         alerts.append({
             "id": aid, "kind": kind, "job_id": job, "occurrence_id": occ, "reason": reason,
-            "status": st, "raised_at": ms_to_iso(raised), "resolved_at": ms_to_iso(resolved),
+            # "cluster_unavailable": the cluster's own trouble explains it (no leader, or
+            # its clock refused, see state.availability); None: nothing says it is not the job.
+            "cause": cause, "status": st, "raised_at": ms_to_iso(raised),
+            "resolved_at": ms_to_iso(resolved),
             "acknowledged": None if acked is None else {
                 "by": acked_by, "at": ms_to_iso(acked), "note": note},
             "scheduled_for": last.get("scheduled_for"), "message": last.get("message"),

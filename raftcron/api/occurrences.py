@@ -5,12 +5,15 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from raftcron.api.auth import can_see, tenant_clause
-from raftcron.api.errors import HTTPError
-from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
+from raftcron.api.alerts import MAX_NOTE
+from raftcron.api.auth import can_see, principal_of, tenant_clause
+from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
+from raftcron.api.errors import HTTPError, json_body
+from raftcron.api.jobs import ctx_of, occurrence_by_id, only_fields, page_limit
+from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.errors import ValidationError
-from raftcron.core.timefmt import parse_iso_ms
+from raftcron.core.timefmt import ms_to_iso, parse_iso_ms
 from raftcron.state.queries import (
     ATT_SELECT,
     OCC_SELECT,
@@ -93,4 +96,50 @@ async def get_occurrence(request: Request) -> JSONResponse:
     rows = await ctx.fetchall(f"{ATT_SELECT} WHERE id >= ? AND id < ? ORDER BY number",
                               identity.occurrence_attempts(occ["id"]))
     occ["attempt_list"] = [attempt_to_api(r) for r in rows]
+    occ["cancellation"] = await cancellation_of(ctx, occ["id"])
+    return JSONResponse(occ)
+
+
+async def cancellation_of(ctx: ApiContext, occ_id: str) -> dict[str, str] | None:
+    """Who cancelled the run by hand, when and why (None: nobody)."""
+    row = await ctx.fetchone("SELECT who, note, at_ms FROM cancellations "
+                             "WHERE occurrence_id = ?", (occ_id,))
+    return None if row is None else {"by": row[0], "note": row[1], "at": ms_to_iso(row[2])}
+
+
+async def _cancel_note(request: Request) -> str:
+    body = await json_body(request)
+    only_fields(body, {"note"})
+    note = body.get("note")
+    if not isinstance(note, str) or not note.strip():
+        raise ValidationError("note", "is required: a non-empty string saying why")
+    if len(note) > MAX_NOTE:
+        raise ValidationError("note", f"must be at most {MAX_NOTE} characters")
+    return note
+
+
+async def cancel_occurrence(request: Request) -> JSONResponse:
+    """POST /v1/occurrences/{id}/cancel {"note"}: a queued run ends `cancelled` now; a
+    running one is asked to stop (its worker learns it from its next heartbeat answer) and
+    ends `cancelled` when it has. 409 naming the state for a run that already ended."""
+    ctx = ctx_of(request)
+    occ_id = request.path_params["occurrence_id"]
+    note = await _cancel_note(request)
+    row = await ctx.fetchone("SELECT tenant FROM occurrences WHERE id = ?", (occ_id,))
+    if row is None:  # created through another node a moment ago?
+        await ctx.barrier()
+        row = await ctx.fetchone("SELECT tenant FROM occurrences WHERE id = ?", (occ_id,))
+    if row is None or not can_see(request, row[0]):
+        raise HTTPError(404, "not_found", f"occurrence {occ_id!r} does not exist", "id")
+    principal = principal_of(request)
+    if not principal.can_write_tenant(row[0]):
+        raise HTTPError(403, "forbidden", f"token {principal.name!r} may not cancel runs of "
+                        f"tenant {row[0]!r}", "Authorization")
+    tenants = None if principal.admin else sorted(principal.tenants)
+    result = await ctx.propose(c.CancelOccurrence(
+        request_id(request), now_ms(), occ_id, principal.name, note, tenants,
+        request_hash(request, {"note": note})))
+    occ = await occurrence_by_id(ctx, occ_id)
+    occ["cancel_requested"] = bool(result.get("cancel_requested"))
+    occ["cancellation"] = await cancellation_of(ctx, occ_id)
     return JSONResponse(occ)

@@ -4,7 +4,8 @@ Request schemas are built from the constants the validators use (core/model.py a
 api modules): a bound moved there moves here. What JSON Schema cannot state is named by a
 `format` and said in a description: a cron expression that fires at all (`format: cron`,
 checked by core/schedule.py), `end_at` after `start_at`, a backfill range of at most ten
-years. tests/integration/test_api_schema_agreement.py proves, field by field, that a
+years, the duration bounds' order (`min_duration_s` at most `max_duration_s`, both below
+`max_runtime_s`). tests/integration/test_api_schema_agreement.py proves, field by field, that a
 value this schema allows is accepted and one it refuses is refused with a 400 naming the
 field; tests/system/test_api_contract.py runs schemathesis with every check against a
 real node.
@@ -22,7 +23,17 @@ import re
 import zoneinfo
 from typing import Any
 
-from raftcron.api import alerts, jobpage, jobs, occurrences, outbox, status, tenants, workers
+from raftcron.api import (
+    alerts,
+    groups,
+    jobpage,
+    jobs,
+    occurrences,
+    outbox,
+    status,
+    tenants,
+    workers,
+)
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
 from raftcron.core import calendar, model
@@ -161,6 +172,18 @@ def _int_field(default: int | None, lo: int, hi: int) -> dict[str, Any]:
     return schema
 
 
+# The run bounds (null: off), with the constraints between them that JSON Schema cannot
+# state (core.model.check_run_bounds).
+RUN_BOUNDS = {
+    "start_deadline_s": "alert `not_started` when no attempt is leased this long after the "
+                        "instant",
+    "min_duration_s": "alert `too_fast` for a success quicker than this; at most "
+                      "max_duration_s, and less than max_runtime_s",
+    "max_duration_s": "alert `too_slow` while a run goes on longer than this (it is not "
+                      "killed); less than max_runtime_s",
+    "alert_after_failures": "one `failures` alert after this many consecutive failed "
+                            "occurrences, resolved by the next success",
+}
 JOB_INPUT: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "required": ["id", "schedule", "target"],
@@ -173,13 +196,18 @@ JOB_INPUT: dict[str, Any] = {
                      "description": 'an object, or its cron alone ("0 9 * * *")'},
         "misfire_policy": {"enum": list(model.MISFIRE_POLICIES)},
         "overlap_policy": {"enum": list(model.OVERLAP_POLICIES)},
-        **{key: _int_field(*bounds) for key, bounds in model.JOB_INT_FIELDS.items()},
+        **{key: _int_field(*bounds) | ({"description": RUN_BOUNDS[key]} if key in RUN_BOUNDS
+                                       else {})
+           for key, bounds in model.JOB_INT_FIELDS.items()},
         "target": {"oneOf": [SHELL_TARGET, HTTP_TARGET], "description": (
             'A header value or the body may be {"secret": "<name>"}, resolved on the '
             'worker. Header values and URL credentials read as "***" for non-admins')},
         "queue": NAME,
         "paused": {"type": "boolean"},
         "notify": {"type": "array", "maxItems": model.MAX_NOTIFY, "items": HTTP_URL},
+        "concurrency_group": {"type": ["string", "null"], "pattern": NAME["pattern"],
+                              "description": "a concurrency group of the job's tenant: at "
+                                             "most its limit of runs hold leases at once"},
     },
 }
 SCHEDULE_LISTED = {**SCHEDULE_OBJECT, "properties": {
@@ -583,6 +611,33 @@ def _spec() -> dict[str, Any]:
             "/v1/occurrences/{occurrence_id}": {"get": _op(
                 "An occurrence with its attempts",
                 params=[_path("occurrence_id"), CONSISTENT], errors=(404,))},
+            "/v1/occurrences/{occurrence_id}/cancel": {"post": _op(
+                "Cancel a run, with a note (admin, or the run's tenant): a queued one at "
+                "once; a running one is told by its heartbeat answer, killed after a grace "
+                "period and ends cancelled. 409 naming the state when it already ended",
+                params=[_path("occurrence_id")],
+                body={"type": "object", "additionalProperties": False, "required": ["note"],
+                      "properties": {"note": {"type": "string", "minLength": 1,
+                                              "maxLength": alerts.MAX_NOTE,
+                                              "pattern": r"\S"}}},
+                errors=(404, *RAFT_WRITE))},
+            "/v1/concurrency-groups": {"get": _op(
+                "Concurrency groups of the visible tenants (set, or named by a job), with "
+                "runs holding and waiting", params=[CONSISTENT])},
+            "/v1/concurrency-groups/{name}": {
+                "get": _op("One group: limit, jobs, holders and waiters",
+                           params=[*TENANT, _query("tenant", NAME), CONSISTENT],
+                           errors=(404,)),
+                "put": _op(
+                    "Set a group's limit (admin, or the group's tenant): at most `limit` "
+                    "runs of its jobs hold leases at once, across all workers",
+                    params=TENANT, body={
+                        "type": "object", "additionalProperties": False,
+                        "required": ["limit"], "properties": {
+                            "limit": {"type": "integer", "minimum": 1,
+                                      "maximum": groups.MAX_LIMIT},
+                            "tenant": NAME}},
+                    errors=RAFT_WRITE)},
             "/v1/leases": {"post": _op(
                 "Lease due runs (long poll, up to wait_s seconds)", body=LEASES,
                 errors=(503,), extra={"x-long-poll": {"parameter": "wait_s",

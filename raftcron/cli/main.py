@@ -10,10 +10,31 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
 TOKEN_HELP = "bearer token (default: $RAFTCRON_TOKEN)"
+# `job add` / `job edit` options for the run bounds (job fields of the same names).
+RUN_BOUND_OPTIONS = {
+    "start_deadline_s": "alert not_started when no attempt started this long after the instant",
+    "min_duration_s": "alert too_fast for a success quicker than this",
+    "max_duration_s": "alert too_slow for a run still going after this (it is not killed)",
+    "alert_after_failures": "one alert after this many consecutive failures",
+}
+
+
+@dataclass(frozen=True)
+class _BoundValue:
+    """A run bound given on the command line (`value` None: 0 was given, turning it off)."""
+
+    value: int | None
+
+    @staticmethod
+    def parse(text: str) -> _BoundValue:
+        if not (text.isascii() and text.isdigit()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 turns it off)")
+        return _BoundValue(int(text) or None)
 
 
 class UsageError(Exception):
@@ -316,10 +337,36 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.url:
         body["target"] = {"http": {"url": args.url, "method": args.method}}
     for key in ("misfire_policy", "overlap_policy", "max_attempts", "max_runtime_s", "queue",
-                "tenant", "deadline_s"):
+                "tenant", "deadline_s", "concurrency_group"):
         value = getattr(args, key, None)
         if value is not None:
             body[key] = value
+    for key in RUN_BOUND_OPTIONS:
+        given = getattr(args, key, None)
+        if given is not None:
+            body[key] = given.value
+    return body
+
+
+def _checked_bounds(body: dict[str, Any]) -> dict[str, Any]:
+    """The run bounds the API would refuse, refused first (exit 2 naming the flag)."""
+    from raftcron.core.errors import ValidationError
+    from raftcron.core.model import JOB_INT_FIELDS, check_run_bounds, json_int
+
+    def flag(field: str) -> str:
+        return f"--{field.replace('_', '-')}"
+
+    ints: dict[str, int | None] = {}
+    for key in ("min_duration_s", "max_duration_s", "max_runtime_s", *RUN_BOUND_OPTIONS):
+        value = json_int(body.get(key))
+        _, lo, hi = JOB_INT_FIELDS[key]
+        if key in RUN_BOUND_OPTIONS and value is not None and not lo <= value <= hi:
+            raise UsageError(f"{flag(key)} must be between {lo} and {hi} (0: off)")
+        ints[key] = value
+    try:
+        check_run_bounds(ints)
+    except ValidationError as e:
+        raise UsageError(f"{flag(e.field)} {e.message}") from None
     return body
 
 
@@ -338,7 +385,8 @@ def cmd_job(args: argparse.Namespace) -> int:
 def _job_action(args: argparse.Namespace, client: Any) -> int:
     action = args.action
     if action == "add":
-        job = client.request("POST", "/v1/jobs", json=_job_body(args), retries=3)
+        job = client.request("POST", "/v1/jobs", json=_checked_bounds(_job_body(args)),
+                             retries=3)
         _print(args, job, [(job["id"], str(job["version"]),
                             (job["next_fire_times"] or [{"utc": "-"}])[0]["utc"])],
                ("id", "version", "next fire (UTC)"))
@@ -358,6 +406,7 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
             "version", "watermark", "created_at", "updated_at", "next_fire_times",
             "latest_occurrence", "pause_note")}
         body.update(_job_body(args))
+        _checked_bounds(body)
         job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
                              headers={"If-Match": str(current["version"])}, retries=3)
         _print(args, job, [(job["id"], str(job["version"]))], ("id", "version"))
@@ -709,8 +758,13 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--max-attempts", dest="max_attempts", type=int)
             a.add_argument("--max-runtime-s", dest="max_runtime_s", type=int)
             a.add_argument("--deadline-s", dest="deadline_s", type=int)
+            for key, help_text in RUN_BOUND_OPTIONS.items():
+                a.add_argument(f"--{key.replace('_', '-')}", dest=key, type=_BoundValue.parse,
+                               help=f"{help_text} (0: off)")
             a.add_argument("--queue")
             a.add_argument("--tenant")
+            a.add_argument("--concurrency-group", dest="concurrency_group",
+                           help="a concurrency group of the job's tenant (raftcron group)")
         if name == "trigger":
             a.add_argument("--key", help="Idempotency-Key")
             a.add_argument("--override-overlap", action="store_true")
@@ -733,6 +787,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_bulk_pause(jsub)
     register_calendars(sub, _Parser)
+    from raftcron.cli.groups import register as register_groups
+
+    register_groups(sub, _Parser)
 
     st = sub.add_parser("status", help="cluster status")
     st.add_argument("--server", default=DEFAULT_SERVER)

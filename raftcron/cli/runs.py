@@ -89,6 +89,13 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                       help="seconds between polls with --follow (default 1)")
     _connection_args(logs)
     logs.set_defaults(func=cmd_run_logs)
+    cancel = rsub.add_parser("cancel", help="cancel a queued or running occurrence")
+    cancel.add_argument("occurrence_id")
+    cancel.add_argument("--note", required=True, help="why (kept with the occurrence)")
+    cancel.add_argument("--key", help="Idempotency-Key: a retry with it acts once "
+                        "(default: a fresh one, kept across this command's own retries)")
+    _connection_args(cancel)
+    cancel.set_defaults(func=cmd_run_cancel)
 
     ap = sub.add_parser("alerts", help="alerts (open by default); ack or resolve one")
     ap.add_argument("--status", choices=ALERT_STATUSES, default="open")
@@ -302,9 +309,10 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         print(f"no {args.status if args.status != 'all' else ''} alerts".replace("  ", " "),
               file=sys.stderr)
         return 0
-    _table(("alert", "state", "job", "reason", "raised", "message"), [
-        (a["id"], alert_state(a), a["job_id"] or "-", a["reason"], a["raised_at"],
-         (a["message"] or "")[:80]) for a in data["alerts"]])
+    _table(("alert", "kind", "state", "job", "reason", "cause", "raised", "message"), [
+        (a["id"], a["kind"], alert_state(a), a["job_id"] or "-", a["reason"],
+         a.get("cause") or "-", a["raised_at"], (a["message"] or "")[:80])
+        for a in data["alerts"]])
     return 0
 
 
@@ -330,6 +338,33 @@ def cmd_alert_action(args: argparse.Namespace) -> int:
     _table(("alert", "state", "by", "at", "note"),
            [(alert["id"], alert_state(alert), last.get("by", ""), last["at"],
              last.get("note", ""))])
+    return 0
+
+
+def cmd_run_cancel(args: argparse.Namespace) -> int:
+    """Queued: cancelled now. Running: its worker is told at its next heartbeat and kills
+    the job's process group; the occurrence ends `cancelled` once it has (follow it with
+    `run logs -f`). Exit 1 when the API refuses (an occurrence that already ended: 409)."""
+    if not args.note.strip():
+        print("raftcron: --note must say why", file=sys.stderr)
+        return EXIT_USAGE
+    headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
+    client = _client(args)
+    try:
+        occ = client.request("POST", f"/v1/occurrences/{_path(args.occurrence_id)}/cancel",
+                             json={"note": args.note}, headers=headers, retries=3)
+    except ApiError as e:
+        return _refused(e)
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(occ, indent=2))
+        return 0
+    state = ("cancelled" if occ["status"] == "cancelled"
+             else f"{occ['status']}, stopping (its worker kills it at its next heartbeat)")
+    by = occ.get("cancellation") or {}
+    _table(("occurrence", "state", "by", "note"),
+           [(occ["id"], state, by.get("by", ""), by.get("note", ""))])
     return 0
 
 

@@ -51,6 +51,7 @@ class ElectionGuard:
     _SyncObj__connectedNodes: set[Any]
     _SyncObj__lastResponseTime: dict[Any, float]
     _SyncObj__transport: Any
+    _SyncObj__votedForNodeId: Any
 
     def _init_election_guard(self, pre_vote: bool = True) -> None:
         """Call before SyncObj.__init__ (its tick thread may tick before it returns)."""
@@ -226,15 +227,31 @@ class ElectionGuard:
         except (KeyError, TypeError, ValueError):
             log.warning("malformed pre-vote request from %s ignored", _addr(node))
             return
+        now = raft_clock()
         since = (None if self._last_leader_contact is None
-                 else raft_clock() - self._last_leader_contact)
+                 else now - self._last_leader_contact)
+        own_round = self._round
+        competing = (None if own_round is None
+                     or own_round.base_term != self._SyncObj__raftCurrentTerm
+                     else own_round.base_term + 1)
+        voted = self._SyncObj__votedForNodeId
         decision: Decision = prevote.decide(
             is_leader=self._is_leader_now(), since_leader_contact_s=since,
             min_timeout_s=float(self._conf().raftMinTimeout), proposed_term=proposed,
             current_term=self._SyncObj__raftCurrentTerm, candidate_log=candidate_log,
-            own_log=self._own_log())
+            own_log=self._own_log(),
+            voted_for_other=voted is not None and voted != getattr(node, "id", node),
+            competing_for_term=competing,
+            asker_wins_tie=(own_round is not None and not own_round.won
+                            and _addr(node) < _addr(self._SyncObj__selfNode)))
         log.debug("pre-vote for %s at term %d: %s", _addr(node), proposed,
                   "granted" if decision.granted else f"refused ({decision.reason})")
+        if decision.granted:
+            # Give the asker the time to win the real election before this node's own
+            # timer fires: a yes followed by an election of our own is a split vote.
+            self._round = None
+            self._SyncObj__raftElectionDeadline = max(
+                self._SyncObj__raftElectionDeadline, now + self._SyncObj__generateRaftTimeout())
         self._SyncObj__transport.send(node, {
             "type": prevote.RESPONSE, "term": proposed, "round": round_id,
             "granted": decision.granted, "reason": decision.reason,

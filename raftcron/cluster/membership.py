@@ -16,8 +16,10 @@ topology replaces the configured peers (pysyncobj #133). So raftcron keeps its o
 
 The table is written after pysyncobj committed the topology change (add: Raft first, then
 the record; remove: Raft first, then the tombstone), so a record never names a voter that
-Raft does not know. The table is not part of the state digest (`state.digest`): it is
-cluster plumbing, not scheduling state, and `GET /v1/cluster/members` shows it per node.
+Raft does not know. The table is part of the state digest (`state.digest`): every node
+holds the same records. A restore drops it (`ops.backup.restore`: a restored backup starts
+a new cluster, with members of its own), so a restored state digests like its source with
+the member records left out. `GET /v1/cluster/members` shows the records per node.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ REFUSED_LEADER = "I am the leader"
 REFUSED_LEASE = "heard from a leader recently"
 REFUSED_TERM = "my term is higher"
 REFUSED_LOG = "my log is more up to date"
+REFUSED_VOTED = "I voted for another node in that term"
+REFUSED_COMPETING = "I am asking for that term myself"
 
 
 @dataclass(frozen=True)
@@ -63,22 +65,37 @@ class Decision:
 
 def decide(*, is_leader: bool, since_leader_contact_s: float | None, min_timeout_s: float,
            proposed_term: int, current_term: int, candidate_log: LogPosition,
-           own_log: LogPosition) -> Decision:
+           own_log: LogPosition, voted_for_other: bool = False,
+           competing_for_term: int | None = None, asker_wins_tie: bool = True) -> Decision:
     """Whether this node would vote for a candidate at `proposed_term`.
 
     `since_leader_contact_s` is the time since this node last accepted an append_entries
     from a leader (None: never). A leader never grants: it is the leader others hear
     from. The term check refuses an asker that is behind (it would lose the real election
-    anyway); the log check is Raft's voting rule (§5.4.1)."""
+    anyway); the log check is Raft's voting rule (§5.4.1).
+
+    Two more refusals avoid split votes (two candidates at one term, each with its own
+    vote, so nobody wins and the cluster waits another election timeout):
+    - `voted_for_other`: this node already voted for another node at `current_term`, so
+      it would refuse the real vote at that term too;
+    - `competing_for_term`: this node is running its own pre-vote round for that term
+      (or has won it). Of two such askers only one may get the other's yes: the one for
+      which `asker_wins_tie` holds (a fixed order of node addresses, the same on both).
+    """
     if is_leader:
         return Decision(False, REFUSED_LEADER)
     if proposed_term < current_term:
         return Decision(False, REFUSED_TERM)
+    if proposed_term == current_term and voted_for_other:
+        return Decision(False, REFUSED_VOTED)
     if not candidate_log.at_least_as_up_to_date_as(own_log):
         return Decision(False, REFUSED_LOG)
     if since_leader_contact_s is not None and since_leader_contact_s < min_timeout_s:
         return Decision(False, REFUSED_LEASE,
                         retry_after_s=min_timeout_s - since_leader_contact_s)
+    if competing_for_term is not None and competing_for_term >= proposed_term \
+            and not asker_wins_tie:
+        return Decision(False, REFUSED_COMPETING)
     return Decision(True)
 
 

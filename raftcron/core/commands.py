@@ -261,6 +261,38 @@ class AlertAction(Command):
     request_hash: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CancelOccurrence(Command):
+    """A person cancels a run. A queued one ends `cancelled` at once; a running one is told
+    through its heartbeat answer and ends `cancelled` when its worker reports (whatever
+    the outcome it reports) or its lease expires. `who` and `note` are kept with it.
+    `tenants` are the tenants the principal may write (None: admin): apply checks the
+    occurrence's tenant against them, on the committed object."""
+
+    TYPE: ClassVar[str] = "cancel_occurrence"
+    request_id: str
+    now_ms: int
+    occurrence_id: str
+    who: str
+    note: str
+    tenants: list[str] | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutConcurrencyGroup(Command):
+    """Set the limit of a tenant's concurrency group: at most `limit` runs of the jobs
+    naming it hold leases at once (enforced by `Lease` at apply time)."""
+
+    TYPE: ClassVar[str] = "put_concurrency_group"
+    request_id: str
+    now_ms: int
+    tenant: str
+    name: str
+    limit: int
+    request_hash: str | None = None
+
+
 # --- leader-only commands ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +362,32 @@ class RaiseAlert(Command):
     reason: str = ""
     scheduled_for_ms: int | None = None
     message: str = ""
+    # The deadline the instant `scheduled_for_ms` missed: apply then decides from the
+    # replicated availability (state.availability) whether the cluster's own trouble was
+    # the cause. None: no such judgement (and every entry written before the field).
+    deadline_ms: int | None = None
+
+    def args(self) -> dict[str, Any]:
+        """Left out when None: the entry stays readable by a node of the previous version
+        during a rolling upgrade."""
+        out = Command.args(self)
+        if out["deadline_ms"] is None:
+            del out["deadline_ms"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmClock(Command):
+    """The leader's clock is confirmed by a majority and it is scheduling. Proposed after
+    the leader's previous confirmation committed: one at most `max_gap_ms` after the
+    previous one of the epoch proves the cluster available between them
+    (state.availability)."""
+
+    TYPE: ClassVar[str] = "confirm_clock"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    max_gap_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,9 +484,9 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
         PutCalendar, DeleteCalendar, BulkPause,
-        PutTenant, RetryOutbox, SetWebhookKey, AlertAction, BeginEpoch, Claim, Lease, Sweep,
-        RaiseAlert, ResolveAlert, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete,
-        Release,
+        PutTenant, RetryOutbox, SetWebhookKey, AlertAction, CancelOccurrence,
+        PutConcurrencyGroup, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert,
+        ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete, Release,
     )
 }
 

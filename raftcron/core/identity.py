@@ -35,6 +35,12 @@ def backfill_occurrence_id(job_id: str, scheduled_for_ms: int, request_key: str)
     return f"{job_id}@backfill-{_short_hash(request_key, 12)}-{ms_to_iso(scheduled_for_ms)}"
 
 
+def is_backfill(occurrence_or_attempt_id: str) -> bool:
+    """Whether the id is a backfill's (job ids contain no `@`, so only a backfill occurrence
+    id, and its attempts' ids, contain `@backfill-`)."""
+    return "@backfill-" in occurrence_or_attempt_id
+
+
 def attempt_id(occurrence_id: str, number: int) -> str:
     return f"{occurrence_id}~{number}"
 

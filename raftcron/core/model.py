@@ -39,6 +39,7 @@ LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 DEFAULT_ACK_TIMEOUT_S = 3
 MAX_ACK_TIMEOUT_S = 600
 WEEK_S = 86_400 * 7
+MAX_FAILURE_THRESHOLD = 1000
 # The integer fields of a job: (default, lowest, highest). A default of None makes the
 # field optional and nullable; the others refuse null. /openapi.json is built from this.
 JOB_INT_FIELDS: dict[str, tuple[int | None, int, int]] = {
@@ -50,13 +51,24 @@ JOB_INT_FIELDS: dict[str, tuple[int | None, int, int]] = {
     "heartbeat_timeout_s": (30, 2, 3600),
     "ack_timeout_s": (DEFAULT_ACK_TIMEOUT_S, 1, MAX_ACK_TIMEOUT_S),
     "deadline_s": (None, 1, WEEK_S),
+    # Run bounds (leader.deadlines, state.run_alerts): off unless set.
+    "start_deadline_s": (None, 1, WEEK_S),
+    "min_duration_s": (None, 1, WEEK_S),
+    "max_duration_s": (None, 1, WEEK_S),
+    "alert_after_failures": (None, 1, MAX_FAILURE_THRESHOLD),
 }
+
+# Left out of a spec while unset, so that the stored definition of a job that uses none of
+# them is byte for byte what it was before they existed (equal digests in a rolling upgrade).
+RUN_BOUND_FIELDS = ("start_deadline_s", "min_duration_s", "max_duration_s",
+                    "alert_after_failures")
 
 _TOP_LEVEL = {
     "id", "tenant", "version", "schedule", "misfire_policy", "misfire_grace_s",
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
-    "notify", "schedules", "calendars", "labels",
+    "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
+    "concurrency_group", "schedules", "calendars", "labels",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
 # An entry of `schedules` may be named; the name is what an occurrence records as matched.
@@ -98,6 +110,14 @@ class Job:
     queue: str = "default"
     paused: bool = False
     notify: tuple[str, ...] = field(default_factory=tuple)
+    # Run bounds, each off (None) unless set; specs stored before them decode as off.
+    start_deadline_s: int | None = None
+    min_duration_s: int | None = None
+    max_duration_s: int | None = None
+    alert_after_failures: int | None = None
+    # A concurrency group of the job's tenant (state.groups); None: none. Left out of the
+    # spec when None, so specs of jobs without one are as before the field existed.
+    concurrency_group: str | None = None
     # Several schedules (all of them, the first being `schedule`); empty for a job with
     # one. Specs stored before these fields existed decode with them empty.
     schedules: tuple[Schedule, ...] = field(default_factory=tuple)
@@ -124,6 +144,11 @@ class Job:
         d["schedule"] = _schedule_spec(self.schedule)
         d["target"] = copy.deepcopy(self.target)
         d["notify"] = list(self.notify)
+        for name in RUN_BOUND_FIELDS:
+            if d[name] is None:
+                del d[name]
+        if d["concurrency_group"] is None:
+            del d["concurrency_group"]
         # The fields added with several schedules and calendars are left out while empty:
         # a job that uses none of them has the spec it had before they existed.
         for name in ("schedules", "calendars", "labels"):
@@ -159,6 +184,8 @@ class Job:
         checked in UTC (up to the year 10000) is shown clamped: it fires the same, and the
         text shown is accepted back."""
         d = self.to_spec()
+        for name in RUN_BOUND_FIELDS:
+            d.setdefault(name, None)
         for sched in [d["schedule"], *d.get("schedules", ())]:
             sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
             sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
@@ -168,6 +195,7 @@ class Job:
         d.setdefault("labels", {})
         d["target"] = renderable(d["target"])
         d["notify"] = renderable(d["notify"])
+        d.setdefault("concurrency_group", None)
         return d
 
 
@@ -381,6 +409,22 @@ def parse_labels(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def check_run_bounds(ints: dict[str, int | None]) -> None:
+    """The duration bounds must leave room for a run: `min_duration_s` at most
+    `max_duration_s`, and both below `max_runtime_s` (a run is killed at that age, so a
+    bound at or past it could never be reached)."""
+    lo, hi, kill = ints["min_duration_s"], ints["max_duration_s"], ints["max_runtime_s"]
+    if lo is not None and hi is not None and lo > hi:
+        raise ValidationError("min_duration_s", "must be at most max_duration_s")
+    if kill is not None:
+        if hi is not None and hi >= kill:
+            raise ValidationError("max_duration_s", "must be less than max_runtime_s "
+                                  "(a run is killed at max_runtime_s)")
+        if lo is not None and lo >= kill:
+            raise ValidationError("min_duration_s", "must be less than max_runtime_s "
+                                  "(a run is killed at max_runtime_s)")
+
+
 def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     """Build a validated `Job` from client JSON. `job_id` (from the URL) wins over the body."""
     if not isinstance(data, dict):
@@ -419,6 +463,8 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     for i, url in enumerate(notify):
         if not is_http_url(url):
             raise ValidationError(f"notify.{i}", "must be an http(s) URL")
+    ints = {key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()}
+    check_run_bounds(ints)
     return Job(
         id=jid,
         schedule=schedule,
@@ -427,11 +473,21 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         version=1,
         misfire_policy=_choice(data, "misfire_policy", "run_once", MISFIRE_POLICIES),
         overlap_policy=_choice(data, "overlap_policy", "allow", OVERLAP_POLICIES),
-        **{key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()},
+        **ints,
         queue=_name(data, "queue", "default"),
         paused=paused,
         notify=tuple(notify),
+        concurrency_group=_optional_name(data, "concurrency_group"),
         schedules=schedules,
         calendars=parse_calendar_names(data.get("calendars", [])),
         labels=parse_labels(data.get("labels", {})),
     )
+
+
+def _optional_name(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise ValidationError(key, "must be null or 1-64 characters of A-Z a-z 0-9 . _ -")
+    return value

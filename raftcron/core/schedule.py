@@ -3,6 +3,38 @@
 This module is pure: it performs no I/O of its own (zone data is loaded by ``zoneinfo``),
 never reads the clock and uses no randomness. All instants are ``int`` UTC epoch seconds.
 
+What croniter does, and what is ours
+------------------------------------
+croniter (7.x) expands every plain field item (``*``, values, ranges, steps, lists) into
+its values: :func:`_croniter_values`. Ours, and why:
+
+* **The grammar check in front of it** (:meth:`_FieldParser.spell`), which also turns
+  month and weekday names into numbers (the range checks need them). croniter accepts what
+  cron refuses: ``5-1`` as a wrap-around, ``*/61``, ``0005``; it widens an equal range
+  (``5-5``) to the whole field, and reads ``7/2`` in day-of-week as ``0,2,4,6`` (cron:
+  Sunday only). Such items are refused, or respelled so croniter means what cron means.
+  Our checks also write the messages: croniter's name neither the field nor the value
+  (``[60 * * * *] is not acceptable, out of range``) and can hold a traceback.
+* **Field splitting and macros** (:func:`_shape`): seconds come first (croniter's come
+  last), whitespace is any Unicode whitespace as before, and ``@reboot`` gets a message.
+* **``H``** (:func:`_hash_int`): croniter hashes ``crc32(job id) >> field index``; ours is
+  sha256 of (job id, field name), so existing jobs keep their hashed instants, and ``H``
+  in day-of-month stays within 1-28. ``H`` items are resolved to concrete text first.
+* **The day-of-month and day-of-week specials** ``L``, ``L-n``, ``nW``, ``LW``, ``nL``,
+  ``n#k`` and their month calendar (:func:`_month_days`): croniter lacks ``L-n``, ``LW``
+  and the ``nL`` spelling, refuses ``W`` in a list and ``#`` beside plain weekdays.
+* **The Vixie day rule** (both day fields restricted: either matches; either starting
+  with ``*``: both must), "never fires" (croniter only checks a day past a month's
+  length), and **the whole search and DST mapping** below: croniter's own iteration maps
+  a nonexistent local time to the next existing one and picks one pass of a fold, with
+  no ``dst_gap``/``dst_fold`` policy, and costs about 8 times as much per fire on the hot
+  path (the planner and the herd chart expand fires for 33,000+ jobs):
+  ``bench/cron_engine.py``, ``bench/results/cron_engine.txt``.
+
+croniter only ever sees digits, ``*``, ``-``, ``/`` and ``,``: names are numbers by then
+and ``H`` is resolved, so its random ``R`` items (and anything else that is not a pure
+function of the text) cannot reach the state machine's ``apply``.
+
 How fire times are found
 ------------------------
 Cron expressions describe *local wall-clock* times. Matching wall-clock times are searched
@@ -32,6 +64,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterError, croniter
 
 __all__ = [
     "CronSchedule",
@@ -203,13 +237,23 @@ class _FieldParser:
         step = None if m.group(3) is None else self.step(m.group(3), hi - lo + 1)
         return lo, hi, step
 
-    def item(self, item: str) -> list[int]:
+    def spell(self, item: str) -> str:
+        """Validate one plain item (``*``, ``a``, ``a-b``, ``a/n``, ``a-b/n``; values may be
+        names) and return its numeric spelling for croniter, which expands it.
+
+        These checks are stricter than croniter's, which accepts reversed ranges as
+        wrap-arounds, steps wider than the field, numbers of any length, and expands an
+        equal range (``5-5``) to the whole field; here each of those is either refused
+        (with the field and the reason) or respelled so that croniter means what cron
+        means."""
         m = _RE_STAR.fullmatch(item)
         if m:
             if item[0] == "?" and self.name not in ("day-of-month", "day-of-week"):
                 raise _err(f"'?' is not allowed in the {self.name} field")
             lo, hi = self.star_range
-            return list(range(lo, hi + 1, self.step(m.group(1), hi - lo + 1)))
+            if m.group(1) is None:
+                return "*"
+            return f"*/{self.step(m.group(1), hi - lo + 1)}"
         m = _RE_RANGE.fullmatch(item)
         if not m:
             raise _err(f"bad {self.name} item {item!r}")
@@ -218,11 +262,48 @@ class _FieldParser:
             end = self.value(m.group(2))
             if start > end:
                 raise _err(f"{self.name} range {item!r} is reversed")
-        elif m.group(3) is not None:
-            end = self.star_range[1] if start <= self.star_range[1] else self.hi
         else:
-            end = start
-        return list(range(start, end + 1, self.step(m.group(3), self.hi - self.lo + 1)))
+            end = None
+        step = self.step(m.group(3), self.hi - self.lo + 1)
+        if end is None and m.group(3) is not None and start <= self.star_range[1]:
+            return f"{start}/{step}"  # croniter reads a/n as a-<field max>/n, like cron
+        if end is None or end == start:
+            # A single value; also 7/n in day-of-week (nothing follows 7, Sunday again),
+            # and an equal range, which croniter would widen to the whole field.
+            return str(start)
+        return f"{start}-{end}" if step == 1 else f"{start}-{end}/{step}"
+
+    def expand(self, items: list[str]) -> set[int]:
+        """The values of validated plain items (see :meth:`spell`), expanded by croniter."""
+        return set(_croniter_values(self.name, ",".join(items))) if items else set()
+
+
+# croniter's own field order (seconds last when there are six fields).
+_CRONITER_POSITION = {"minute": 0, "hour": 1, "day-of-month": 2, "month": 3,
+                      "day-of-week": 4, "second": 5}
+
+
+@lru_cache(maxsize=4096)
+def _croniter_values(field_name: str, text: str) -> tuple[int, ...]:
+    """croniter's expansion of one field whose items :meth:`_FieldParser.spell` made.
+
+    The field is placed in an otherwise all-``*`` six-field expression; croniter answers
+    ``'*'`` for a field that lists every value, which is its whole range here. Any
+    croniter rejection of a spelling our checks accepted is reported as a bad field (it
+    would be a disagreement between the two, which the tests rule out): its exception
+    text, which can hold a traceback, is never shown."""
+    position = _CRONITER_POSITION[field_name]
+    fields = ["*"] * 6
+    fields[position] = text
+    try:
+        expanded, _ = croniter.expand(" ".join(fields))
+    except (CroniterError, ValueError, TypeError):
+        raise _err(f"bad {field_name} field {text!r}") from None
+    values = expanded[position]
+    if "*" in values:  # alone, or beside values when a list holds '*' ('1,*')
+        lo, hi = croniter.RANGES[position]
+        return tuple(range(lo, hi + 1))
+    return tuple(sorted(int(v) for v in values))
 
 
 _SECOND = _FieldParser("second", 0, 59)
@@ -235,14 +316,11 @@ _FIELD_PARSERS = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
 
 
 def _simple_field(parser: _FieldParser, text: str) -> tuple[int, ...]:
-    values: set[int] = set()
-    for item in text.split(","):
-        values.update(parser.item(item))
-    return tuple(sorted(values))
+    return tuple(sorted(parser.expand([parser.spell(item) for item in text.split(",")])))
 
 
 def _parse_dom(text: str) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...], bool]:
-    values: set[int] = set()
+    plain: list[str] = []
     last: list[int] = []
     nearest: list[int] = []
     last_weekday = False
@@ -262,14 +340,14 @@ def _parse_dom(text: str) -> tuple[frozenset[int], tuple[int, ...], tuple[int, .
         if m:
             nearest.append(_DOM.value(m.group(1)))
             continue
-        values.update(_DOM.item(item))
-    return (frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nearest))),
-            last_weekday)
+        plain.append(_DOM.spell(item))
+    return (frozenset(_DOM.expand(plain)), tuple(sorted(set(last))),
+            tuple(sorted(set(nearest))), last_weekday)
 
 
 def _parse_dow(text: str
                ) -> tuple[frozenset[int], tuple[int, ...], tuple[tuple[int, int], ...]]:
-    values: set[int] = set()
+    plain: list[str] = []
     last: list[int] = []
     nth: list[tuple[int, int]] = []
     for item in text.split(","):
@@ -284,8 +362,9 @@ def _parse_dow(text: str
                 raise _err(f"day-of-week occurrence in {item!r} out of range 1-5")
             nth.append((_DOW.value(m.group(1)) % 7, k))
             continue
-        values.update(v % 7 for v in _DOW.item(item))
-    return frozenset(values), tuple(sorted(set(last))), tuple(sorted(set(nth)))
+        plain.append(_DOW.spell(item))
+    values = frozenset(v % 7 for v in _DOW.expand(plain))
+    return values, tuple(sorted(set(last))), tuple(sorted(set(nth)))
 
 
 @lru_cache(maxsize=8192)

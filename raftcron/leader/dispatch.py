@@ -30,12 +30,20 @@ EMPTY_LEASE_PAUSE_S = 0.1
 # How long a held job or tenant is left out at most: the command that frees it may have
 # been handled before the Lease that held it returned here.
 HELD_FOR_S = 1.0
+# While live runs (scheduled and manual) of a queue are due and the batch cannot take them
+# all, backfills get at most this share of the leases handed out: a 10,000-instant
+# backfill does not make the live runs wait behind it. When the live runs fit, backfills
+# fill the rest of the batch (nothing idles while backfills wait).
+BACKFILL_SHARE = 0.2
+# The ids of backfill attempts (core.identity.is_backfill), as a GLOB.
+BACKFILL_GLOB = "*@backfill-*"
 
 
 def freed_by(cmd: c.Command) -> tuple[set[str], bool]:
-    """The jobs a command may let run again, and whether it may free tenant slots: a run
-    that ends frees its job (an exclusive policy) and a slot of its tenant; a job edit can
-    change its policy, a tenant edit its limit."""
+    """The jobs a command may let run again, and whether it may free tenant and group
+    slots: a run that ends frees its job (an exclusive policy), a slot of its tenant and
+    of its concurrency group; a job edit can change its policy, a tenant or group edit its
+    limit."""
     if isinstance(cmd, c.Complete):
         return {identity.job_of(item[0]) for item in cmd.completions}, True
     if isinstance(cmd, c.Release):
@@ -46,7 +54,7 @@ def freed_by(cmd: c.Command) -> tuple[set[str], bool]:
         return {cmd.job["id"]}, False
     if isinstance(cmd, c.DeleteJob):
         return {cmd.job_id}, False
-    return set(), isinstance(cmd, c.PutTenant)
+    return set(), isinstance(cmd, (c.PutTenant, c.PutConcurrencyGroup))
 
 
 def fair_order(rows: list[tuple[str, str, str]], limit: int) -> list[str]:
@@ -104,6 +112,11 @@ class Dispatcher:
         # hands out nothing, and the queue's other jobs wait.
         self.held_jobs: dict[str, float] = {}
         self.held_tenants: dict[str, float] = {}
+        # Full concurrency groups, (tenant, group) → (monotonic time, their waiting jobs).
+        self.held_groups: dict[tuple[str, str], tuple[float, set[str]]] = {}
+        # Per set of queues: the backfill leases owed under BACKFILL_SHARE (a fraction of
+        # one lease carries over, so a worker that leases one run at a time gets its share).
+        self.backfill_credit: dict[tuple[str, ...], float] = {}
         # (queues, instant) seen with at least HERD_SIZE pending runs
         self.herds: set[tuple[tuple[str, ...], int]] = set()
         self.gate: Callable[[], bool] = lambda: True
@@ -122,6 +135,7 @@ class Dispatcher:
             self.held_jobs.pop(job, None)
         if tenants:
             self.held_tenants.clear()
+            self.held_groups.clear()
 
     def _hold(self, result: dict[str, Any]) -> bool:
         """Note what a Lease held back; whether anything new was."""
@@ -132,18 +146,28 @@ class Dispatcher:
             for name in names:
                 new = new or name not in held
                 held[name] = until
+        for tenant, group, jobs in result.get("held_groups", ()):
+            known = self.held_groups.get((tenant, group), (0.0, set()))[1]
+            new = new or not set(jobs) <= known
+            self.held_groups[(tenant, group)] = (until, known | set(jobs))
         return new
 
     def _not_held(self) -> tuple[str, list[str]]:
         """SQL conditions and parameters leaving out the runs of held jobs and tenants."""
         now = time.monotonic()
+        for key in [k for k, (until, _) in self.held_groups.items() if until <= now]:
+            del self.held_groups[key]
         sql, args = "", []
         for column, held in (("job_id", self.held_jobs), ("tenant", self.held_tenants)):
             for name in [n for n, until in held.items() if until <= now]:
                 del held[name]
-            if held:
-                sql += f" AND {column} NOT IN ({','.join('?' * len(held))})"
-                args += sorted(held)
+            names = set(held)
+            if column == "job_id":
+                for _, jobs in self.held_groups.values():
+                    names |= jobs
+            if names:
+                sql += f" AND {column} NOT IN ({','.join('?' * len(names))})"
+                args += sorted(names)
         return sql, args
 
     def _select(self, queues: list[str], limit: int, now: int
@@ -167,10 +191,13 @@ class Dispatcher:
             (*queues, now + LEASE_LEAD_MS, *held, limit * 4 + len(self.reserved)),
         ).fetchall()
         rows = [r for r in rows if r[0] not in self.reserved]
+        if rows and any(identity.is_backfill(r[0]) for r in rows):
+            rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
         if rows:
             first = rows[0][3]
             cutoff = now if first <= now else first + GROUP_MS
-            return (*self._choose([r for r in rows if r[3] <= cutoff], limit, now), None)
+            group = [r for r in rows if r[3] <= cutoff]
+            return (*self._choose_sharing(group, limit, now, tuple(sorted(queues))), None)
         row = self._conn.execute(
             "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms > ?",
@@ -202,6 +229,42 @@ class Dispatcher:
         if not rows:
             return [], now, next_due - LEASE_LEAD_MS
         return (*self._choose(rows, limit, now), None)
+
+    def _with_live_rows(self, rows: list[tuple], queues: list[str], limit: int, now: int,
+                        not_held: str, held: list[str]) -> list[tuple]:
+        """`rows` with the queue's oldest live (not backfill) rows added: a large backfill
+        fills the whole window of the first choice, and its live runs would not be seen."""
+        assert self._conn is not None
+        marks = ",".join("?" * len(queues))
+        live = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms <= ? AND id NOT GLOB ?{not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, now + LEASE_LEAD_MS, BACKFILL_GLOB, *held, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        seen = {r[0] for r in rows}
+        extra = [r for r in live if r[0] not in seen and r[0] not in self.reserved]
+        return sorted(rows + extra, key=lambda r: (r[3], r[0]))
+
+    def _choose_sharing(self, group: list[tuple], limit: int, now: int,
+                        key: tuple[str, ...]) -> tuple[list[str], int]:
+        """`_choose`, with backfills held to BACKFILL_SHARE of the batch while the live
+        runs due cannot all be taken."""
+        live = [r for r in group if not identity.is_backfill(r[0])]
+        backfill = [r for r in group if identity.is_backfill(r[0])]
+        if not live or not backfill:
+            return self._choose(group, limit, now)
+        if len(live) >= limit:
+            credit = min(self.backfill_credit.get(key, 0.0) + BACKFILL_SHARE * limit, limit)
+            n_backfill = int(credit)
+            self.backfill_credit[key] = credit - n_backfill
+        else:
+            n_backfill = limit - len(live)
+        live_ids, live_stamp = self._choose(live, limit - n_backfill, now)
+        if n_backfill == 0:
+            return live_ids, live_stamp
+        backfill_ids, backfill_stamp = self._choose(backfill, n_backfill, now)
+        return live_ids + backfill_ids, max(live_stamp, backfill_stamp)
 
     @staticmethod
     def _choose(group: list[tuple], limit: int, now: int) -> tuple[list[str], int]:
@@ -263,7 +326,8 @@ class Dispatcher:
                 remaining = min(remaining, max(0.0, (next_due - now) / 1000))
             elif not self.gate():
                 remaining = min(remaining, 0.5)
-            holds = [*self.held_jobs.values(), *self.held_tenants.values()]
+            holds = [*self.held_jobs.values(), *self.held_tenants.values(),
+                     *(until for until, _ in self.held_groups.values())]
             if holds:
                 # A hold can outlive what freed it (see HELD_FOR_S): look again when the
                 # first one ends, not only on the next change.

@@ -11,11 +11,13 @@ from typing import Any
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.delivery import DEFAULT_GIVE_UP_S
+from raftcron.leader.availability import ClockConfirmations
 from raftcron.leader.backlog import DEFAULT_BOUND_S, BacklogAlerts
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.dispatch import Dispatcher
 from raftcron.leader.outbox import OutboxDelivery
 from raftcron.leader.retention import DEFAULT_RETENTION_S, Retention
+from raftcron.leader.run_bounds import RunBounds
 from raftcron.leader.sweeper import Sweeper
 from raftcron.leader.ticker import Ticker
 from raftcron.leader.watchdog import Watchdog
@@ -55,6 +57,8 @@ class LeaderDuties:
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader)
         self.deadlines = Deadlines(epoch, proposer, open_reader)
+        self.run_bounds = RunBounds(epoch, proposer, open_reader)
+        self.availability = ClockConfirmations(epoch, proposer)
         self.backlog = BacklogAlerts(epoch, proposer, open_reader, settings.backlog_alert_s)
         self.outbox = OutboxDelivery(
             epoch, proposer, open_reader, settings.webhooks, settings.webhook_secret,
@@ -75,7 +79,8 @@ class LeaderDuties:
         coros: list[tuple[str, Coroutine[Any, Any, None]]] = [
             ("ticker", self.ticker.run()), ("sweeper", self.sweeper.run()),
             ("deadlines", self.deadlines.run()), ("outbox", self.outbox.run()),
-            ("backlog", self.backlog.run()),
+            ("backlog", self.backlog.run()), ("run-bounds", self.run_bounds.run()),
+            ("availability", self.availability.run()),
         ]
         if self.watchdog is not None:
             coros.append(("watchdog", self.watchdog.run()))

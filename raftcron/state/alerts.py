@@ -7,6 +7,7 @@ from typing import Any
 from raftcron.core import errors, identity
 from raftcron.core.commands import AckOutbox, AlertAction, Prune, RaiseAlert, ResolveAlert
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.state import availability
 from raftcron.state.context import ApplyContext, ok, rejected
 
 
@@ -20,51 +21,80 @@ def _history(ctx: ApplyContext, alert_id: str, event: str, reason: str | None,
 
 
 def raise_alert(ctx: ApplyContext, cmd: RaiseAlert) -> dict[str, Any]:
-    row = ctx.conn.execute("SELECT status FROM alerts WHERE id = ?", (cmd.alert_id,)).fetchone()
+    cause = None
+    if cmd.deadline_ms is not None and cmd.scheduled_for_ms is not None \
+            and cmd.reason in availability.CAUSE_REASONS:
+        cause = availability.cause(ctx, cmd.scheduled_for_ms, cmd.deadline_ms)
+    raised = open_alert(ctx, cmd.alert_id, cmd.kind, cmd.reason, cmd.now_ms,
+                        job_id=cmd.job_id, occurrence_id=cmd.occurrence_id,
+                        scheduled_for_ms=cmd.scheduled_for_ms, message=cmd.message,
+                        cause=cause)
+    return ok(alert_id=cmd.alert_id, raised=raised)
+
+
+def open_alert(ctx: ApplyContext, alert_id: str, kind: str, reason: str, now_ms: int, *,
+               job_id: str | None = None, occurrence_id: str | None = None,
+               scheduled_for_ms: int | None = None, message: str = "",
+               cause: str | None = None) -> bool:
+    """Raise an alert (or raise a resolved one again), with its history row and its
+    `alert.raised` webhook. False, and nothing written, when it is open already."""
+    row = ctx.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert_id,)).fetchone()
     if row is not None and row[0] == "open":
-        return ok(alert_id=cmd.alert_id, raised=False)
+        return False
     ctx.conn.execute(
-        "INSERT INTO alerts (id, kind, job_id, occurrence_id, reason, status, raised_ms) "
-        "VALUES (?, ?, ?, ?, ?, 'open', ?) ON CONFLICT (id) DO UPDATE SET status = 'open', "
+        "INSERT INTO alerts (id, kind, job_id, occurrence_id, reason, status, raised_ms, cause) "
+        "VALUES (?, ?, ?, ?, ?, 'open', ?, ?) ON CONFLICT (id) DO UPDATE SET status = 'open', "
         "reason = excluded.reason, raised_ms = excluded.raised_ms, resolved_ms = NULL, "
-        "acked_ms = NULL, acked_by = NULL, ack_note = NULL",
-        (cmd.alert_id, cmd.kind, cmd.job_id, cmd.occurrence_id, cmd.reason, cmd.now_ms),
+        "acked_ms = NULL, acked_by = NULL, ack_note = NULL, "
+        "occurrence_id = excluded.occurrence_id, cause = excluded.cause",
+        (alert_id, kind, job_id, occurrence_id, reason, now_ms, cause),
     )
-    _history(ctx, cmd.alert_id, "raised", cmd.reason, cmd.scheduled_for_ms, cmd.message,
-             cmd.now_ms)
+    _history(ctx, alert_id, "raised", reason, scheduled_for_ms, message, now_ms)
     payload: dict[str, Any] = {
-        "alert_id": cmd.alert_id, "kind": cmd.kind, "job_id": cmd.job_id,
-        "occurrence_id": cmd.occurrence_id, "reason": cmd.reason, "at_ms": cmd.now_ms,
+        "alert_id": alert_id, "kind": kind, "job_id": job_id,
+        "occurrence_id": occurrence_id, "reason": reason, "at_ms": now_ms,
     }
-    if cmd.scheduled_for_ms is not None:
-        payload["scheduled_for"] = ms_to_iso(cmd.scheduled_for_ms)
-    if cmd.message:
-        payload["message"] = cmd.message
-    ctx.enqueue_outbox("alert.raised", payload, cmd.now_ms)
-    return ok(alert_id=cmd.alert_id, raised=True)
+    if scheduled_for_ms is not None:
+        payload["scheduled_for"] = ms_to_iso(scheduled_for_ms)
+    if message:
+        payload["message"] = message
+    if cause is not None:
+        payload["cause"] = cause
+    ctx.enqueue_outbox("alert.raised", payload, now_ms)
+    return True
 
 
 def resolve_alert(ctx: ApplyContext, cmd: ResolveAlert) -> dict[str, Any]:
+    resolved = close_alert(ctx, cmd.alert_id, cmd.now_ms, cmd.message)
+    if resolved is None:
+        return rejected(errors.NOT_FOUND, f"alert {cmd.alert_id!r} does not exist")
+    return ok(alert_id=cmd.alert_id, resolved=resolved)
+
+
+def close_alert(ctx: ApplyContext, alert_id: str, now_ms: int, message: str = ""
+                ) -> bool | None:
+    """Resolve an alert automatically, with its history row and its `alert.resolved`
+    webhook. False when it was resolved already; None when it does not exist."""
     row = ctx.conn.execute(
-        "SELECT status, kind, job_id, occurrence_id FROM alerts WHERE id = ?", (cmd.alert_id,)
+        "SELECT status, kind, job_id, occurrence_id FROM alerts WHERE id = ?", (alert_id,)
     ).fetchone()
     if row is None:
-        return rejected(errors.NOT_FOUND, f"alert {cmd.alert_id!r} does not exist")
+        return None
     if row[0] == "resolved":
-        return ok(alert_id=cmd.alert_id, resolved=False)
+        return False
     ctx.conn.execute(
         "UPDATE alerts SET status = 'resolved', resolved_ms = ? WHERE id = ?",
-        (cmd.now_ms, cmd.alert_id),
+        (now_ms, alert_id),
     )
-    _history(ctx, cmd.alert_id, "resolved", None, None, cmd.message, cmd.now_ms)
+    _history(ctx, alert_id, "resolved", None, None, message, now_ms)
     payload: dict[str, Any] = {
-        "alert_id": cmd.alert_id, "kind": row[1], "job_id": row[2], "occurrence_id": row[3],
-        "at_ms": cmd.now_ms,
+        "alert_id": alert_id, "kind": row[1], "job_id": row[2], "occurrence_id": row[3],
+        "at_ms": now_ms,
     }
-    if cmd.message:
-        payload["message"] = cmd.message
-    ctx.enqueue_outbox("alert.resolved", payload, cmd.now_ms)
-    return ok(alert_id=cmd.alert_id, resolved=True)
+    if message:
+        payload["message"] = message
+    ctx.enqueue_outbox("alert.resolved", payload, now_ms)
+    return True
 
 
 MAX_NOTE = 1000
@@ -147,6 +177,7 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
         conn.executemany("DELETE FROM attempts WHERE id >= ? AND id < ?",
                          [identity.occurrence_attempts(occ_id) for occ_id in chunk])
         conn.execute(f"DELETE FROM occurrences WHERE id IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM cancellations WHERE occurrence_id IN ({marks})", chunk)
     conn.execute("DELETE FROM requests WHERE applied_ms < ?", (cmd.before_ms,))
     conn.execute(
         "DELETE FROM alert_actions WHERE alert_id IN (SELECT id FROM alerts "
@@ -159,6 +190,7 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
     conn.execute(
         "DELETE FROM alerts WHERE status = 'resolved' AND resolved_ms < ?", (cmd.before_ms,)
     )
+    availability.prune(ctx, cmd.before_ms)
     conn.execute(
         "DELETE FROM outbox_deliveries WHERE outbox_id IN (SELECT id FROM outbox "
         "WHERE status = 'delivered' AND delivered_ms < ?)", (cmd.before_ms,)

@@ -9,8 +9,11 @@ from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.state import run_alerts
+from raftcron.state.cancellation import cancelled_by
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
+from raftcron.state.groups import GroupLimiter
 from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
 
 ATT_COLS = (
@@ -51,7 +54,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     Loads the whole batch in one query and writes it with two `executemany`: a herd of
     leases is on the fire-lag critical path. `held_jobs` and `held_tenants` name what held
     runs back (an exclusive job with a run leased, a tenant at `max_concurrent_runs`): the
-    dispatcher looks past their backlog until they are free again.
+    dispatcher looks past their backlog until they are free again; `held_groups`
+    ([tenant, group, [jobs]]) the concurrency groups that were full (state.groups).
 
     A lease the worker promised to acknowledge (`cmd.acknowledge`) gets an
     acknowledgement deadline, `ack_timeout_s` after it is handed out (`now_ms` is that
@@ -67,6 +71,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             found[row[0]] = row
     running_now: dict[str, int] = {}
     limiter = RunLimiter(conn)
+    groups = GroupLimiter(conn)
+    held_groups: dict[tuple[str, str], set[str]] = {}
     att_updates: list[tuple] = []
     occ_updates: list[tuple] = []
     leases: list[dict[str, Any]] = []
@@ -93,9 +99,16 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
                 held_jobs.add(job_id)
                 continue
             running_now[job_id] += 1
+        group = spec.get("concurrency_group")
+        if not groups.allow(tenant, group):
+            if job_id in running_now:
+                running_now[job_id] -= 1
+            held_groups.setdefault((tenant, group), set()).add(job_id)
+            continue
         if not limiter.allow(tenant):
             if job_id in running_now:
                 running_now[job_id] -= 1
+            groups.give_back(tenant, group)
             held_tenants.add(tenant)
             continue
         seq += 1
@@ -135,7 +148,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ?", occ_updates
     )
     ctx.set_meta(META_FENCING_SEQ, seq)
-    return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants))
+    return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants),
+              held_groups=[[t, g, sorted(j)] for (t, g), j in sorted(held_groups.items())])
 
 
 def _fail_outside_policy(ctx: ApplyContext, row: tuple, why: str, now_ms: int) -> None:
@@ -146,6 +160,7 @@ def _fail_outside_policy(ctx: ApplyContext, row: tuple, why: str, now_ms: int) -
         "UPDATE attempts SET status = 'failed', finished_ms = ?, error = ? WHERE id = ?",
         (now_ms, why, attempt_id))
     _finish_occurrence(ctx, occ_id, "failed", now_ms, "policy")
+    run_alerts.after_failure(ctx, job_id, occ_id, parse_spec(row[8]), now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
         {"job_id": job_id, "occurrence_id": occ_id, "attempts": number, "reason": "policy"},
@@ -236,6 +251,7 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
         )
         return
     _finish_occurrence(ctx, occ_id, "failed", now_ms, why)
+    run_alerts.after_failure(ctx, att[A_JOB], occ_id, spec, now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
         {"job_id": att[A_JOB], "occurrence_id": occ_id, "attempts": number, "reason": why},
@@ -275,8 +291,11 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         assert att is not None
         status = att[A_STATUS]
         if status in ("succeeded", "failed", "cancelled", "timed_out"):
-            same = (status == outcome or (status in ("cancelled", "timed_out")
-                                          and outcome == "failed")) and att[A_EXIT] == exit_code
+            # A cancelled run ends `cancelled` whatever the outcome reported, so a resent
+            # completion of it is the same one whatever its outcome.
+            same = (status == outcome or status == "cancelled"
+                    or (status == "timed_out" and outcome == "failed")) \
+                and att[A_EXIT] == exit_code
             if same:
                 results.append({"attempt_id": attempt_id, **ok(status=status, duplicate=True)})
             else:
@@ -288,7 +307,10 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
                 errors.LEASE_EXPIRED, f"the lease ended: attempt is {status}")})
             continue
         final = outcome
-        if outcome == "failed" and att[A_CANCEL]:
+        by_hand = cancelled_by(conn, att[A_OCC]) if att[A_CANCEL] else None
+        if by_hand is not None or (outcome == "failed" and att[A_CANCEL]):
+            # A person's cancel is committed before this completion: it stands, even
+            # against a success that raced the kill (fencing, not last-writer-wins).
             final = "cancelled"
         elif outcome == "failed" and att[A_RUNTIME] is not None and cmd.now_ms >= att[A_RUNTIME]:
             # The worker enforced max_runtime_s itself before the sweeper did.
@@ -306,7 +328,7 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             (final, cmd.now_ms, exit_code, output, attempt_id),
         )
         if final == "cancelled":
-            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, by_hand or "replaced")
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
@@ -321,6 +343,9 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
         done_occurrences,
     )
+    run_alerts.after_successes(ctx, [(a[3], o[1], found[a[3]][A_JOB]) for a, o in
+                                     zip(done_attempts, done_occurrences, strict=True)],
+                               cmd.now_ms, lambda job_id: _job_spec(conn, job_id, specs))
     return ok(results=results)
 
 
@@ -369,6 +394,10 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
             "WHERE id = ?",
             (new_status, cmd.now_ms, why, attempt_id),
         )
+        by_hand = cancelled_by(conn, att[A_OCC]) if att[A_CANCEL] else None
+        if by_hand is not None:  # cancelled by a person: the lease ended, never retried
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, by_hand)
+            continue
         spec = _job_spec(conn, att[A_JOB], specs)
         retry_or_fail(ctx, att, spec, cmd.now_ms, why)
     return ok(lost=lost, timed_out=timed_out, unacknowledged=unacknowledged)

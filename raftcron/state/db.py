@@ -35,6 +35,7 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("alerts", "acked_by", "TEXT"),
     ("alerts", "ack_note", "TEXT"),
     ("occurrences", "schedules", "TEXT"),
+    ("alerts", "cause", "TEXT"),
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
+from raftcron.state import run_alerts
 from raftcron.state.calendars import check_job_calendars
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import check_job_policy, check_job_quota
@@ -106,6 +107,7 @@ def delete_job(ctx: ApplyContext, cmd: DeleteJob) -> dict[str, Any]:
     c = ctx.conn
     c.execute("DELETE FROM jobs WHERE id = ?", (cmd.job_id,))
     c.execute("DELETE FROM job_pause_notes WHERE job_id = ?", (cmd.job_id,))
+    run_alerts.forget_job(ctx, cmd.job_id)
     c.execute(
         "UPDATE attempts SET status = 'cancelled', finished_ms = ?, error = 'job deleted' "
         "WHERE job_id = ? AND status = 'pending'",

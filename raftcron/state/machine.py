@@ -25,7 +25,10 @@ from raftcron.core import errors
 from raftcron.state import (
     alerts,
     attempts,
+    availability,
     calendars,
+    cancellation,
+    groups,
     jobs,
     occurrences,
     outbox,
@@ -97,12 +100,15 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RetryOutbox: outbox.retry_outbox,
     c.SetWebhookKey: webhook_keys.set_webhook_key,
     c.AlertAction: alerts.alert_action,
+    c.CancelOccurrence: cancellation.cancel_occurrence,
+    c.PutConcurrencyGroup: groups.put_group,
     c.BeginEpoch: _begin_epoch,
     c.Claim: occurrences.claim,
     c.Lease: attempts.lease,
     c.Sweep: attempts.sweep,
     c.RaiseAlert: alerts.raise_alert,
     c.ResolveAlert: alerts.resolve_alert,
+    c.ConfirmClock: availability.confirm_clock,
     c.AckOutbox: alerts.ack_outbox,
     c.RouteOutbox: outbox.route_outbox,
     c.AckDeliveries: outbox.ack_deliveries,
@@ -124,7 +130,8 @@ REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
            c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
-           c.PutCalendar, c.DeleteCalendar, c.BulkPause)
+           c.CancelOccurrence, c.PutConcurrencyGroup, c.PutCalendar, c.DeleteCalendar,
+           c.BulkPause)
 
 
 class StateMachine:

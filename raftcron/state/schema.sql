@@ -28,6 +28,9 @@ CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, id);
 -- The deadline watcher's scan (leader.deadlines.JOBS_SQL, every second) reads only these.
 CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs (id)
     WHERE json_extract(spec, '$.deadline_s') IS NOT NULL;
+-- ... and the start deadlines' scan.
+CREATE INDEX IF NOT EXISTS jobs_start_deadline ON jobs (id)
+    WHERE json_extract(spec, '$.start_deadline_s') IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS occurrences (
     id               TEXT PRIMARY KEY,
@@ -136,8 +139,13 @@ CREATE TABLE IF NOT EXISTS alerts (
     resolved_ms   INTEGER,
     acked_ms      INTEGER,
     acked_by      TEXT,
-    ack_note      TEXT
+    ack_note      TEXT,
+    -- "cluster_unavailable" when the cluster's own trouble explains a deadline alert
+    -- (state.availability); NULL otherwise. Added later (db.COLUMN_MIGRATIONS).
+    cause         TEXT
 );
+-- Open alerts of one job (run bounds resolve them on the job's next good run).
+CREATE INDEX IF NOT EXISTS alerts_open_job ON alerts (job_id, kind) WHERE status = 'open';
 
 CREATE TABLE IF NOT EXISTS outbox (
     id           INTEGER PRIMARY KEY,
@@ -257,4 +265,43 @@ CREATE TABLE IF NOT EXISTS job_pause_notes (
     who     TEXT NOT NULL,
     note    TEXT NOT NULL,
     at_ms   INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Stretches of time a leader with a confirmed clock vouched for (state.availability):
+-- deadline alerts for instants outside them carry cause "cluster_unavailable".
+CREATE TABLE IF NOT EXISTS cluster_availability (
+    id      INTEGER PRIMARY KEY,
+    epoch   INTEGER NOT NULL,
+    from_ms INTEGER NOT NULL,
+    to_ms   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cluster_availability_to ON cluster_availability (to_ms);
+
+-- Consecutive failures of a job with `alert_after_failures` since its last success
+-- (state.run_alerts); no row: none.
+CREATE TABLE IF NOT EXISTS failure_streaks (
+    job_id     TEXT PRIMARY KEY,
+    failures   INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Runs cancelled by a person (POST /v1/occurrences/{id}/cancel): who, when and why. The
+-- row is the committed decision: a completion the worker reports later ends the run
+-- `cancelled`, whatever outcome it reports. Pruned with its occurrence.
+CREATE TABLE IF NOT EXISTS cancellations (
+    occurrence_id TEXT PRIMARY KEY,
+    who           TEXT NOT NULL,
+    note          TEXT NOT NULL,
+    at_ms         INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Concurrency groups: at most max_running runs of the tenant's jobs that name the group
+-- (spec.concurrency_group) hold leases at once. A group named by a job but never set
+-- here has a limit of 1 (state.groups.DEFAULT_LIMIT).
+CREATE TABLE IF NOT EXISTS concurrency_groups (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    max_running INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;

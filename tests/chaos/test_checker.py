@@ -65,7 +65,9 @@ def clean_run() -> dict[str, Any]:
     attempts = {o["id"]: [{"id": o["id"] + "~1", "number": 1, "status": "succeeded",
                            "leased_at": iso(ts_of(o) + 0.01), "fencing_token": 3_000_000_001 + i}]
                 for i, o in enumerate(everything)}
-    history = [harness("node-start", T0 - 30, node=n) for n in ("n1", "n2", "n3")]
+    # n0 starts with n1 and n2 and is replaced by the fresh n3 at T0 + 18 (the run's one
+    # membership change); n0 is checked on its read at the removal, up to its cut-off.
+    history = [harness("node-start", T0 - 30, node=n) for n in ("n0", "n1", "n2")]
     history.append(harness("plan", T0 - 6, kinds=["kill-leader"]))
     history += hist_op(1, "create", "ok", T0 - 5, job="j", spec=JOB_SPEC,
                        response={"id": "j", "version": 1})
@@ -81,6 +83,7 @@ def clean_run() -> dict[str, Any]:
                 for t, fields in (("invoke", {}), ("ok", {"node": "n2", "index": 50,
                                                           "cluster_digest": "d50",
                                                           "restored_digest": "d50"}))]
+    history += membership_change(T0 + 18, removed="n0", added="n3")
     node = {"cluster": {"term": 4}, "jobs": [{"id": "j", "version": 1,
                                              "schedule": {"cron": "*/2 * * * * *",
                                                           "timezone": "UTC", "dst_gap": "auto",
@@ -89,14 +92,37 @@ def clean_run() -> dict[str, Any]:
     sink = [offer(i + 1, o, o["id"] + "~1", 3_000_000_001 + i, ts_of(o) + 0.2)
             for i, o in enumerate(everything)]
     digest = {"last_applied_index": 99, "digest": "abc"}
+    departed = {**copy.deepcopy(node), "checked_until": T0 + 18, "attempts": {},
+                "occurrences": [o for o in everything if ts_of(o) <= T0 + 18]}
+    nodes = {n: copy.deepcopy(node) for n in ("n1", "n2", "n3")}
+    for nid, n in nodes.items():
+        n["cluster"]["peers"] = [{"id": other} for other in sorted(nodes) if other != nid]
     return {
         "meta": {"seed": 7, "profile": "ci", "final_reads_cluster_wall": END},
         "history": history,
-        "final": {"nodes": {n: copy.deepcopy(node) for n in ("n1", "n2", "n3")},
+        "departed": {"n0": departed},
+        "final": {"nodes": nodes,
                   "digests": {n: {"node_id": n, **digest} for n in ("n1", "n2", "n3")},
                   "attempts": {"n1": attempts}},
         "sink": sink, "proxy": [{"event": "start"}],
     }
+
+
+def membership_change(at: float, *, removed: str, added: str,
+                      outcome: str | None = "ok") -> list[dict[str, Any]]:
+    """The history of one membership change: invoke, the departure read, the new node's
+    start, and the outcome (`ok`, `fail`, or None: no outcome recorded)."""
+    base = {"seed": 7, "process": "membership", "f": "replace-node", "op": 90, "wall": at,
+            "cluster_wall": at, "mono": at}
+    out = [{**base, "type": "invoke", "members": ["n0", "n1", "n2"]},
+           harness("departure-read", at + 0.5, node=removed, cutoff=at),
+           harness("node-start", at + 1, node=added)]
+    if outcome == "ok":
+        out.append({**base, "type": "ok", "removed": removed, "added": added,
+                    "members": ["n1", "n2", "n3"], "cutoff": at, "cluster_wall": at + 2})
+    elif outcome == "fail":
+        out.append({**base, "type": "fail", "error": "StepError: n3 did not catch up"})
+    return out
 
 
 def add_effects(run: dict[str, Any], occs: list[dict[str, Any]]) -> None:
@@ -297,6 +323,7 @@ def test_dst_fold_once_second_pass_is_a_violation() -> None:
 def write_dir(d: Path, run: dict[str, Any]) -> None:
     (d / "meta.json").write_text(json.dumps(run["meta"]))
     (d / "final.json").write_text(json.dumps(run["final"]))
+    (d / "departed.json").write_text(json.dumps(run["departed"]))
     for name in ("history", "sink", "proxy"):
         (d / f"{name}.jsonl").write_text("\n".join(json.dumps(x) for x in run[name]) + "\n")
 

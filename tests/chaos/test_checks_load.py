@@ -110,6 +110,25 @@ def test_a_time_stamped_during_a_clock_fault_is_not_counted(fault_from: float,
     assert check(run)["violations"] == {}
 
 
+def test_a_finish_stamped_by_a_node_whose_clock_was_far_ahead_is_not_counted() -> None:
+    """A follower 262 s ahead took two completions during its bump: their finish times lie
+    262 s after the fault, nowhere near its window, and made both runs look running for
+    minutes (--profile long seed 452126309: 82 quota_concurrency_exceeded)."""
+    bump_from, bump_to, ahead = MINUTE + 5, MINUTE + 6, 100.0
+    run = with_attempts(quota_run(3, 0, concurrent=2),
+                        [(MINUTE, bump_from + 0.5 + ahead), (MINUTE + 0.2, bump_from + 0.6 + ahead),
+                         (MINUTE + 10, MINUTE + 12)])
+    run["history"] += [{"seed": 7, "process": "nemesis", "type": t, "f": "clock-bump",
+                        "op": 31, "cluster_wall": at, "wall": at, "mono": 0,
+                        "targets": ["n2"], "offset_ms": int(ahead * 1000)}
+                       for t, at in (("invoke", bump_from), ("start", bump_from),
+                                     ("stop", bump_to))]
+    assert check(run)["violations"] == {}
+    # The same finish times without the fault that explains them: three runs at once.
+    run["history"] = [h for h in run["history"] if h.get("op") != 31]
+    assert set(check(run)["violations"]) == {"quota_concurrency_exceeded"}
+
+
 # --- retention -------------------------------------------------------------------------------
 
 RETENTION_S = 20
@@ -221,6 +240,20 @@ def test_restored_digest_differs_from_the_cluster_digest() -> None:
     v = check(run)["violations"]
     assert set(v) == {"backup_digest_mismatch"}
     assert v["backup_digest_mismatch"][0]["index"] == 50
+
+
+def test_restored_digest_after_a_membership_change_leaves_the_member_records_out() -> None:
+    """The backup's own digests recorded: it must be the source's at N, and the restored
+    one must be it without the member records (a restore drops them)."""
+    run = clean_run()
+    ok = backup_lines(run)[1]
+    ok.update(cluster_digest="whole", backup_digest="whole",
+              backup_digest_without_members="plain", restored_digest="plain")
+    assert "backup_digest_mismatch" not in check(run)["violations"]
+    ok.update(backup_digest="another")  # the backup is not the state the node reported
+    assert len(check(run)["violations"]["backup_digest_mismatch"]) == 1
+    ok.update(backup_digest="whole", restored_digest="whole")  # restore kept the members
+    assert len(check(run)["violations"]["backup_digest_mismatch"]) == 1
 
 
 def test_a_failed_backup_or_one_without_outcome() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from chaos.runner import _get
+from chaos.reads import _get
 
 
 def client(statuses: list[int]) -> tuple[httpx.Client, list[int]]:

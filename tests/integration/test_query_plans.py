@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from raftcron.core import identity
-from raftcron.leader import deadlines, dispatch, outbox, sweeper
+from raftcron.leader import deadlines, dispatch, outbox, run_bounds, sweeper
 from raftcron.state.db import open_writer
 from raftcron.state.queries import job_occurrence_page, recent_occurrences
 
@@ -24,6 +24,12 @@ PERIODIC = {
     "deadline jobs": (deadlines.JOBS_SQL, (), ["jobs_deadline"], set()),
     "deadline rows": (deadlines.ROWS_SQL, ("j@0", "j@:", 0, 1, 10), [OCC_PK], set()),
     "open deadline alerts": (deadlines.OPEN_SQL, (), [OCC_PK], {"a"}),
+    "start deadline jobs": (deadlines.START_JOBS_SQL, (), ["jobs_start_deadline"], set()),
+    "start deadline rows": (deadlines.START_ROWS_SQL, ("j@0", "j@:", 0, 1, 10), [OCC_PK],
+                            set()),
+    "open start alerts": (deadlines.START_OPEN_SQL, (), [OCC_PK], {"a"}),
+    "slow runs": (run_bounds.SLOW_SQL, (0,), ["att_running"], set()),
+    "open run alerts": (run_bounds.OPEN_SQL, (), ["alerts_open_job"], set()),
     "outbox fresh": (outbox.FRESH_SQL, (10,), ["outbox_pending"], set()),
     # The window over the due deliveries (found through the index) is materialized: its
     # scans read that subquery, not a table.

@@ -5,7 +5,8 @@
 - Constraints between fields, which JSON Schema cannot state and /openapi.json names in
   descriptions, are kept by putting generated ranges in order before they are sent:
   `end_at` after `start_at`; a backfill `end` not before `start` and at most ten years
-  after it. Every other value goes out as generated.
+  after it; the duration bounds in order (`min_duration_s` at most `max_duration_s`, a
+  bound not below `max_runtime_s` dropped). Every other value goes out as generated.
 - The one exclusion: `POST /v1/leases` is a long poll. A `wait_s` within the range the
   schema declares (`x-long-poll`) keeps the request open that long when no run is due, so
   generated values in range are shortened to `LONG_POLL_CAP_S`; values outside the range
@@ -67,6 +68,8 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
         return
     jobs = body.get("jobs")
     for item in jobs if isinstance(jobs, list) else [body]:
+        if isinstance(item, dict):
+            _keep_bounds_ordered(item)
         schedule = item.get("schedule") if isinstance(item, dict) else None
         if not isinstance(schedule, dict):
             continue
@@ -76,6 +79,24 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
                 schedule["start_at"], schedule["end_at"] = schedule["end_at"], schedule["start_at"]
             else:
                 schedule["end_at"] = None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and float(value).is_integer()
+
+
+def _keep_bounds_ordered(job: dict[str, Any]) -> None:
+    """Swap a `min_duration_s` above `max_duration_s`; drop (null) a duration bound not
+    below `max_runtime_s`. Values that are not whole numbers are left as generated."""
+    lo, hi = job.get("min_duration_s"), job.get("max_duration_s")
+    if _whole(lo) and _whole(hi) and lo > hi:
+        job["min_duration_s"], job["max_duration_s"] = hi, lo
+    kill = job.get("max_runtime_s")
+    if _whole(kill):
+        for key in ("min_duration_s", "max_duration_s"):
+            if _whole(job.get(key)) and job[key] >= kill:
+                job[key] = None
 
 
 @schemathesis.hook

@@ -82,6 +82,9 @@ BASES: dict[tuple[str, str], tuple[dict[str, str], Any]] = {
     ("POST", "/v1/alerts/{alert_id}/resolve"): ({"alert_id": "none:x"},
                                                 lambda: {"note": "why"}),
     ("POST", "/v1/jobs/{job_id}/trigger"): ({"job_id": "agree"}, dict),
+    ("POST", "/v1/occurrences/{occurrence_id}/cancel"): ({"occurrence_id": "absent"},
+                                                          lambda: {"note": "why"}),
+    ("PUT", "/v1/concurrency-groups/{name}"): ({"name": "agree"}, lambda: {"limit": 2}),
     ("POST", "/v1/jobs/{job_id}/backfill"): ({"job_id": "agree"}, lambda: {
         "start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}),
     ("POST", "/v1/outbox/{outbox_id}/retry"): ({"outbox_id": "1"}, dict),
@@ -125,6 +128,7 @@ INSTANTS = (["2026-01-01T00:00:00Z", "2026-06-01T12:30:00.250+02:00",
 EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
     "id": (["a", "A.b_c-9", "x" * 128], ["", "x" * 129, "a b", "j\u00e9", 7, None]),
     "tenant": (["acme", "t" * 64], ["", "t" * 65, "a/b", None]),
+    "concurrency_group": (["db-heavy", "g" * 64, None], ["", "g" * 65, "a b", 5]),
     "queue": (["q1", "q" * 64], ["", "q" * 65, "a b", None]),
     "name": (["acme"], ["a b", "x" * 65]),
     "schedule": (["0 9 * * *", {"cron": "*/10 * * * * *"}],
@@ -309,6 +313,7 @@ def _fields(spec: dict[str, Any], method: str, path: str, schema: dict[str, Any]
 
 # Where one name means another field: (path, name) -> (valid, invalid).
 EXAMPLES_BY_PATH: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {
+    ("/v1/concurrency-groups/{name}", "tenant"): (["acme", "t" * 64], ["a b", "t" * 65]),
     ("/v1/tenants/{name}", "queues"): ([[], ["q1", "q1"]],
                                        [["a b"], [f"q{i}" for i in range(101)], "q"]),
 }

@@ -49,3 +49,45 @@ def test_worker_id_the_api_refuses_exits_2(worker_id: str,
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and "--id must be 1-128 printable ASCII" in err, err
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--min-duration-s", "20", "--max-duration-s", "10"],
+     "--min-duration-s must be at most max_duration_s"),
+    (["--max-duration-s", "60", "--max-runtime-s", "60"],
+     "--max-duration-s must be less than max_runtime_s"),
+    (["--alert-after-failures", "1001"], "--alert-after-failures must be between 1 and 1000"),
+    (["--start-deadline-s", "-5"], "--start-deadline-s: '-5' is not a whole number"),
+    (["--min-duration-s", "1.5"], "--min-duration-s: '1.5' is not a whole number"),
+])
+def test_run_bounds_the_api_refuses_exit_2_before_any_request(
+        flags: list[str], expected: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTCRON_TOKEN", "t")
+    try:
+        code = main(["job", "add", "j", "--cron", "* * * * *", "--shell", "true", *flags,
+                     "--server", NOWHERE])
+    except SystemExit as e:  # refused by the argument parser
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_a_zero_run_bound_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--min-duration-s 0` sends null (off); the other given bounds go as numbers."""
+    from raftcron.cli import client as cli_client
+
+    sent: list[dict] = []
+
+    def request(self: object, method: str, path: str, **kw: object) -> dict:
+        sent.append(kw["json"])  # type: ignore[arg-type]
+        return {"id": "j", "version": 1, "next_fire_times": []}
+
+    monkeypatch.setattr(cli_client.Client, "request", request)
+    monkeypatch.setenv("RAFTCRON_TOKEN", "t")
+    assert main(["job", "add", "j", "--cron", "* * * * *", "--shell", "true",
+                 "--min-duration-s", "0", "--alert-after-failures", "3",
+                 "--server", NOWHERE]) == 0
+    assert sent[0]["min_duration_s"] is None and sent[0]["alert_after_failures"] == 3
+    assert "max_duration_s" not in sent[0], "a flag not given is not sent"

@@ -43,6 +43,10 @@ SAMPLES: list[c.Command] = [
                     replace=True),
     c.AlertAction(request_id="r14", now_ms=10, alert_id="deadline:x", action="ack",
                   who="ops", note="on it", tenants=["acme"], request_hash="h"),
+    c.CancelOccurrence(request_id="r15", now_ms=10, occurrence_id="j1@manual-x", who="ops",
+                       note="wrong month", tenants=["acme"], request_hash="h"),
+    c.PutConcurrencyGroup(request_id="r16", now_ms=10, tenant="acme", name="db-heavy",
+                          limit=2),
     c.BeginEpoch(term=3, node_id="n1", now_ms=10),
     c.Claim(epoch=3, now_ms=11, items=[["j1", 1, 60_000, 60_500, "fire"],
                                       ["j2", 2, 60_000, 60_000, "misfire"]]),
@@ -50,7 +54,11 @@ SAMPLES: list[c.Command] = [
     c.Sweep(epoch=3, now_ms=13, attempt_ids=["a~1"]),
     c.RaiseAlert(epoch=3, now_ms=14, alert_id="al", kind="skew", job_id="j1",
                  occurrence_id=None, reason="clock"),
+    c.RaiseAlert(epoch=3, now_ms=14, alert_id="deadline:j1@x", kind="deadline", job_id="j1",
+                 occurrence_id="j1@x", reason="missed", scheduled_for_ms=5,
+                 deadline_ms=10),
     c.ResolveAlert(epoch=3, now_ms=15, alert_id="al"),
+    c.ConfirmClock(epoch=3, now_ms=15, max_gap_ms=2500),
     c.AckOutbox(epoch=3, now_ms=16, outbox_id=9, delivered=False, error="503"),
     c.RouteOutbox(epoch=3, now_ms=16, routes=[[9, [["http://h/x", "cluster"],
                                                    ["http://t/y", "tenant:acme"]]], [10, []]]),
@@ -88,7 +96,16 @@ def test_envelope(cmd):
     # the previous version can still decode it: PutTenant's policy fields).
     omitted = {f.name for f in dataclasses.fields(cmd)} - set(obj["a"])
     assert all(getattr(cmd, name) is None for name in omitted)
-    assert omitted <= {"queues", "targets", "http_hosts"}
+    assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms"}
+
+
+def test_raise_alert_written_before_deadline_ms_decodes_without_it():
+    old = (b'{"v":1,"t":"raise_alert","a":{"epoch":3,"now_ms":14,"alert_id":"deadline:j@x",'
+           b'"kind":"deadline","job_id":"j","occurrence_id":"j@x","reason":"missed",'
+           b'"scheduled_for_ms":5,"message":""}}')
+    cmd = c.decode(old)
+    assert isinstance(cmd, c.RaiseAlert) and cmd.deadline_ms is None
+    assert c.encode(cmd) == old, "an alert without a deadline is written as before"
 
 
 def test_defaults_survive_round_trip():
@@ -106,7 +123,7 @@ def test_commands_are_frozen():
 def test_leader_only_flags():
     leader_only = {t for t, cls in c.COMMAND_TYPES.items() if cls.LEADER_ONLY}
     assert leader_only == {"claim", "lease", "sweep", "raise_alert", "resolve_alert",
-                           "ack_outbox", "route_outbox", "ack_deliveries"}
+                           "confirm_clock", "ack_outbox", "route_outbox", "ack_deliveries"}
     for t in leader_only:
         assert "epoch" in {f.name for f in dataclasses.fields(c.COMMAND_TYPES[t])}
 

@@ -43,6 +43,7 @@ class FakeSyncObj:
         self._SyncObj__connectedNodes = set(PEERS)
         self._SyncObj__lastResponseTime: dict[Any, float] = {}
         self._SyncObj__transport = FakeTransport()
+        self._SyncObj__votedForNodeId: Any = None
         self._SyncObj__conf = SimpleNamespace(raftMinTimeout=0.3, raftMaxTimeout=0.6,
                                               leaderFallbackTimeout=0.6)
         self.delivered: list[dict[str, Any]] = []
@@ -291,3 +292,67 @@ def test_a_failing_gate_leaves_the_tick_to_pysyncobj(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.ERROR, logger="raftcron.raft"):
         n._onTick()
     assert n.term == 6 and "election gate failed (1 times)" in caplog.text
+
+
+def _named(name: str) -> Node:
+    """A node called `name` among a, b and c (every pair of them is connected)."""
+    n = Node()
+    n._SyncObj__selfNode = name
+    others = {"a", "b", "c"} - {name}
+    n._SyncObj__otherNodes = set(others)
+    n._SyncObj__connectedNodes = set(others)
+    for peer in others:
+        n._connected_since[peer] = raft_clock() - 10
+        n._speaks_pre_vote.add(peer)
+    return n
+
+
+def _deliver(sender: Node, receiver: Node, mtype: str) -> None:
+    """Hand `receiver` the last message of type `mtype` that `sender` sent to it."""
+    me = receiver._SyncObj__selfNode
+    message = [m for p, m in sender.transport.of_type(mtype) if p == me][-1]
+    receiver._SyncObj__onMessageReceived(sender._SyncObj__selfNode, message)
+
+
+def test_two_followers_whose_timers_fire_together_do_not_split_the_vote() -> None:
+    """The leader c died; a and b ask for term 6 at the same moment. Only one of them may
+    get the other's yes, or both become candidates with their own vote and nobody wins."""
+    a, b = _named("a"), _named("b")
+    for n in (a, b):
+        n.fire_timer()
+        n._onTick()
+    _deliver(b, a, prevote.REQUEST)  # both requests cross on the wire
+    _deliver(a, b, prevote.REQUEST)
+    _deliver(a, b, prevote.RESPONSE)
+    _deliver(b, a, prevote.RESPONSE)
+    for n in (a, b):
+        n._onTick()
+    candidates = [n._SyncObj__selfNode for n in (a, b)
+                  if n._SyncObj__raftState == _RAFT_STATE.CANDIDATE]
+    assert candidates == ["a"]  # the order of addresses breaks the tie, the same on both
+    assert b.term == 5 and b._round is None
+    refusal = [m for p, m in a.transport.of_type(prevote.RESPONSE) if p == "b"][-1]
+    assert refusal["granted"] is False and refusal["reason"] == prevote.REFUSED_COMPETING
+
+
+def test_a_yes_pushes_this_nodes_own_election_back() -> None:
+    asker, c = _named("a"), _named("c")
+    asker.fire_timer()
+    asker._onTick()
+    c.fire_timer()  # c's own timer is due too, but it has not ticked yet
+    _deliver(asker, c, prevote.REQUEST)
+    assert [m for p, m in c.transport.of_type(prevote.RESPONSE) if p == "a"][-1]["granted"]
+    c._onTick()
+    assert c.term == 5 and c._round is None and not c.transport.of_type(prevote.REQUEST)
+    assert c._SyncObj__raftElectionDeadline > raft_clock()
+
+
+def test_a_node_that_voted_for_another_in_a_term_refuses_a_pre_vote_for_it() -> None:
+    voter, asker = _named("c"), _named("b")
+    voter._SyncObj__raftCurrentTerm = 6
+    voter._SyncObj__votedForNodeId = "a"  # voted for a at term 6
+    asker.fire_timer()
+    asker._onTick()  # b, at term 5, asks for term 6
+    _deliver(asker, voter, prevote.REQUEST)
+    answer = [m for p, m in voter.transport.of_type(prevote.RESPONSE) if p == "b"][-1]
+    assert answer["granted"] is False and answer["reason"] == prevote.REFUSED_VOTED

@@ -309,3 +309,49 @@ def test_an_integral_float_is_an_integer():
     assert job.misfire_grace_s == 60 and isinstance(job.misfire_grace_s, int)
     assert job.max_attempts == 5 and job.schedule.jitter_s == 2
     assert field_of(job_with(max_attempts=2.5)) == "max_attempts"
+
+
+# --- run bounds ------------------------------------------------------------------------------
+
+def test_run_bounds_are_off_by_default_and_accepted_when_they_leave_room():
+    job = parse_job(BASE)
+    assert (job.start_deadline_s, job.min_duration_s, job.max_duration_s,
+            job.alert_after_failures) == (None, None, None, None)
+    job = parse_job(job_with(start_deadline_s=60, min_duration_s=10, max_duration_s=10,
+                             max_runtime_s=11, alert_after_failures=3))
+    assert (job.start_deadline_s, job.min_duration_s, job.max_duration_s,
+            job.alert_after_failures) == (60, 10, 10, 3)
+    assert Job.from_spec(job.to_spec()) == job
+
+
+@pytest.mark.parametrize(
+    "changes, field, reason",
+    [
+        ({"min_duration_s": 20, "max_duration_s": 10}, "min_duration_s",
+         "must be at most max_duration_s"),
+        ({"max_duration_s": 60, "max_runtime_s": 60}, "max_duration_s",
+         "must be less than max_runtime_s"),
+        ({"min_duration_s": 61, "max_runtime_s": 60}, "min_duration_s",
+         "must be less than max_runtime_s"),
+        ({"start_deadline_s": 0}, "start_deadline_s", "must be between 1 and 604800"),
+        ({"alert_after_failures": 0}, "alert_after_failures", "must be between 1 and 1000"),
+        ({"alert_after_failures": "3"}, "alert_after_failures", "must be an integer"),
+        ({"max_duration_s": True}, "max_duration_s", "must be an integer"),
+    ],
+)
+def test_run_bound_errors_name_the_field_and_the_reason(changes, field, reason):
+    with pytest.raises(ValidationError) as ei:
+        parse_job(job_with(**changes))
+    assert ei.value.field == field
+    assert ei.value.message.startswith(reason), ei.value.message
+
+
+def test_a_job_without_run_bounds_is_stored_as_before_they_existed():
+    """Unset bounds stay out of the stored spec, so its JSON (and the state digest) is
+    what a node of the previous version stores; a spec from before them decodes."""
+    spec = parse_job(BASE).to_spec()
+    assert not {"start_deadline_s", "min_duration_s", "max_duration_s",
+                "alert_after_failures"} & set(spec)
+    assert Job.from_spec(spec) == parse_job(BASE)
+    api = parse_job(BASE).to_api()
+    assert api["start_deadline_s"] is None and api["alert_after_failures"] is None

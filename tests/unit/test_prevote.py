@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from raftcron.cluster import prevote
-from raftcron.cluster.prevote import LogPosition, PreVoteRound, decide
+from raftcron.cluster.prevote import Decision, LogPosition, PreVoteRound, decide
 from raftcron.config import ConfigError, load_config
 
 OWN = LogPosition(term=5, index=100)
@@ -116,3 +116,18 @@ def test_a_pre_vote_setting_that_is_not_a_boolean_is_a_config_error(
         tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match="raft.preVote"):
         load_config(_config(tmp_path, f"preVote = {value}"))
+
+
+def test_a_vote_already_given_at_that_term_refuses_but_a_higher_term_is_free() -> None:
+    assert ask(proposed_term=6, current_term=6, voted_for_other=True) == Decision(
+        False, prevote.REFUSED_VOTED)
+    assert ask(proposed_term=7, current_term=6, voted_for_other=True).granted
+
+
+def test_of_two_askers_for_one_term_only_the_tie_winner_gets_a_yes() -> None:
+    assert ask(proposed_term=6, competing_for_term=6, asker_wins_tie=False) == Decision(
+        False, prevote.REFUSED_COMPETING)
+    assert ask(proposed_term=6, competing_for_term=6, asker_wins_tie=True).granted
+    # A round for an older term is not competing with an asker for a newer one.
+    assert ask(proposed_term=7, current_term=6, competing_for_term=6,
+               asker_wins_tie=False).granted

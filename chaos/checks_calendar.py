@@ -85,6 +85,11 @@ def _scheduled(node: dict[str, Any], job: str) -> dict[int, list[dict[str, Any]]
     return by_t
 
 
+def _end(node: dict[str, Any], window_end: float) -> float:
+    """A node removed mid-run was read complete up to its cut-off, not to the run's end."""
+    return node.get("checked_until") or window_end
+
+
 def _window(fires: ScheduleSet, lo: float, hi: float) -> list[int]:
     """Instants (epoch s) of the union with lo < t < hi."""
     return [t // 1000 for t in fires.iter_after(int(lo * 1000), int(hi * 1000) - 1)
@@ -110,7 +115,7 @@ def check_multi_schedule(rep: Report, nodes: dict[str, Any], ops: list[dict[str,
             elif any(o.get("schedules") != names for o in occs):
                 rep.add("union_matched", node=nid, job=MULTI_JOB, occurrence=occs[0]["id"],
                         recorded=occs[0].get("schedules"), expected=names)
-        for t in _window(fires, ok_at, window_end - END_MARGIN_S):
+        for t in _window(fires, ok_at, _end(node, window_end) - END_MARGIN_S):
             if t not in by_t:
                 rep.add("union_lost", node=nid, job=MULTI_JOB, scheduled_for=iso(t),
                         schedules=fires.matched_names(t * 1000))
@@ -137,7 +142,7 @@ def check_calendar(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]
                     "calendar:"):
                 rep.add("calendar_wrong_skip", node=nid, job=CALENDAR_JOB,
                         occurrence=o["id"], reason=o["reason"])
-        for t in _window(fires, ok_at, window_end - END_MARGIN_S):
+        for t in _window(fires, ok_at, _end(node, window_end) - END_MARGIN_S):
             if t not in by_t:
                 rep.add("calendar_lost", node=nid, job=CALENDAR_JOB, scheduled_for=iso(t),
                         excluded=calendar.excludes(t * 1000))

@@ -137,3 +137,14 @@ def test_a_lost_instant_of_the_calendar_job_is_flagged_excluded_or_not() -> None
     found = run(nodes).violations["calendar_lost"]
     assert [(v["scheduled_for"], v["excluded"]) for v in found] == [
         (iso(T0 + 12), True), (iso(T0 + 30), False)]
+
+
+def test_a_node_removed_mid_run_is_checked_up_to_its_cut_off_only() -> None:
+    nodes = clean_nodes()
+    cut = T0 + 20
+    nodes["n2"]["checked_until"] = cut
+    nodes["n2"]["occurrences"] = [o for o in nodes["n2"]["occurrences"]
+                                  if o["scheduled_for"] <= iso(cut)]
+    assert dict(run(nodes).violations) == {}
+    drop(nodes, MULTI_JOB, T0 + 9)  # before the cut-off: still owed
+    assert [v["scheduled_for"] for v in run(nodes).violations["union_lost"]] == [iso(T0 + 9)]

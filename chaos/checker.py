@@ -21,6 +21,7 @@ from typing import Any
 
 from chaos import (
     checks_backup,
+    checks_calendar,
     checks_effects,
     checks_groups,
     checks_inputs,
@@ -69,6 +70,8 @@ CHECKS = (
     "group_limit_exceeded", "group_unobserved",
     # backup -> restore (checks_backup)
     "backup_missing", "backup_failed", "backup_digest_mismatch",
+    # several schedules and calendars (checks_calendar)
+    *checks_calendar.CHECKS,
     # remove a follower, add a fresh node (checks_membership)
     "membership_missing", "membership_failed", "departure_read_missing", "member_set_wrong",
 )
@@ -158,6 +161,7 @@ def check_run(run: dict[str, Any],
     window_end = meta.get("final_reads_cluster_wall") or max(
         (h.get("cluster_wall", 0) for h in hist), default=0)
     checks_schedule.check_schedules(rep, nodes, ops, window_end, attempts)
+    checks_calendar.check_calendars(rep, nodes, ops, window_end)
     dst = _check_dst(rep, nodes, ops, window_end)
     sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops)
     _check_acks(rep, nodes, ops)

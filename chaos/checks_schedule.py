@@ -27,6 +27,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Any
 
+from chaos.checks_calendar import checked_here
 from chaos.report_model import Report, iso, ts
 from raftcron.core.model import Job
 from raftcron.core.schedule import compile_schedule
@@ -61,6 +62,8 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
             continue
         resp = done.get("response") or {}
         if op["f"] == "create":
+            if checked_here(inv["spec"]):
+                continue  # several schedules or calendars: chaos/checks_calendar.py
             s = inv["spec"]["schedule"]
             out[inv["job"]][1] = {"cron": s["cron"], "tz": s.get("timezone", "UTC"),
                                   "gap": s.get("dst_gap", "auto"),
@@ -108,6 +111,8 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
     for node in nodes.values():
         for job in node.get("jobs", []):
             v = job["version"]
+            if checked_here(job):
+                continue
             if v not in out[job["id"]]:
                 s = job["schedule"]
                 out[job["id"]][v] = {"cron": s["cron"], "tz": s["timezone"],

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from chaos import checks_calendar
 from chaos.history import History
 from chaos.procs import Processes
 
@@ -266,9 +267,21 @@ class Driver:
         if type_ != "ok":
             raise RuntimeError(f"could not set the limit of group {GROUP}")
 
+    def create_calendar(self) -> None:
+        """The calendar of checks_calendar's job, before the job (a `calendar` operation:
+        the checker reads the exclusions from it)."""
+        name = checks_calendar.CALENDAR
+        type_, _ = self.client.retried("calendar", "PUT", f"/v1/calendars/{name}",
+                                       body=checks_calendar.calendar_body(), calendar=name)
+        if type_ != "ok":
+            raise RuntimeError(f"could not put calendar {name}")
+
     def create_jobs(self, load: bool = True) -> None:
         self.create_tenants()
-        specs = job_specs() + tenant_specs() + group_specs() + (
+        self.create_calendar()
+        fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
+        specs = job_specs() + tenant_specs() + group_specs() + checks_calendar.job_specs(
+            {"shell": effect_cmd()}, **fast) + (
             load_specs(self.procs.sink_url) if load else [])
 
         def create(spec: dict[str, Any]) -> None:

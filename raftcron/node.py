@@ -234,6 +234,11 @@ class Node:
             duties.outbox.notify()
         if isinstance(cmd, JOB_COMMANDS):
             duties.ticker.notify_jobs_changed(changed_job_ids(cmd))
+        if isinstance(cmd, c.BulkPause):
+            duties.ticker.notify_jobs_changed(set(result.get("job_ids") or ()))
+            duties.dispatcher.notify()
+        if isinstance(cmd, c.PutCalendar | c.DeleteCalendar):
+            duties.ticker.notify_calendars_changed()
         if isinstance(cmd, WORK_COMMANDS):
             jobs, tenants = freed_by(cmd)
             duties.dispatcher.free(jobs, tenants)

@@ -43,12 +43,26 @@ export function openJob(jobId) {
   document.title = `${jobId} · raftcron`;
 }
 
+function scheduleList(j) {
+  return el("ul", { class: "schedules" }, ...j.schedules.map((s) => el("li", {},
+    el("strong", {}, s.name), " ", el("code", {}, s.cron), ` (${s.timezone})`,
+    s.start_at ? ` from ${shortTime(s.start_at)}` : "", s.end_at ? ` until ${shortTime(s.end_at)}` : "")));
+}
+
 function definitionRows(j) {
-  const s = j.schedule;
+  // A job with several schedules: the first stands for the zone and DST rows.
+  const s = j.schedule || j.schedules[0];
+  const note = j.pause_note;
   const bounds = [s.start_at && `from ${shortTime(s.start_at)}`, s.end_at && `until ${shortTime(s.end_at)}`]
     .filter(Boolean).join(" ");
   return [
-    ["Schedule", el("span", {}, j.describe, " ", el("code", {}, s.cron))],
+    j.schedules ? ["Schedules", el("div", {}, j.describe, scheduleList(j))]
+      : ["Schedule", el("span", {}, j.describe, " ", el("code", {}, s.cron))],
+    j.calendars && j.calendars.length ? ["Calendars", j.calendars.join(", ")] : null,
+    j.labels && Object.keys(j.labels).length ? ["Labels", Object.entries(j.labels)
+      .map(([k, v]) => `${k}=${v}`).join(", ")] : null,
+    note ? ["Bulk " + note.action.replace("paused", "pause").replace("resumed", "resume"),
+      `${note.action} by ${note.by} ${sinceIso(note.at)}: ${note.note}`] : null,
     ["Time zone", s.timezone],
     ["DST", `gap: ${s.dst_gap}, fold: ${s.dst_fold}`],
     ["Misfire", `${j.misfire_policy} (grace ${j.misfire_grace_s} s, catch up at most ${j.catch_up_max})`],
@@ -95,9 +109,12 @@ function renderUpcoming(list, upcoming) {
     list.replaceChildren(el("li", { class: "muted" }, "no fire time ahead"));
     return;
   }
-  list.replaceChildren(...upcoming.map((f) => el("li", { class: f.dst_change ? "dst" : null },
+  list.replaceChildren(...upcoming.map((f) => el("li", {
+    class: [f.dst_change ? "dst" : null, f.excluded_by ? "excluded" : null].filter(Boolean).join(" ") || null },
     `${f.local.replace("T", " ")} / ${shortTime(f.utc)} `,
     el("span", { class: "muted" }, sinceIso(f.utc)),
+    f.schedules ? el("span", { class: "muted" }, ` · ${f.schedules.join(" + ")}`) : null,
+    f.excluded_by ? el("span", { class: "excluded-mark" }, ` ⊘ skipped: calendar ${f.excluded_by}`) : null,
     f.dst_change ? el("span", { class: "dst-mark" }, ` ⚑ after a DST change: UTC ${f.dst_change}`) : null)));
 }
 

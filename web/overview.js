@@ -266,6 +266,19 @@ function renderTenants(tbody, tenants) {
   ]), "no tenant has quotas or a policy");
 }
 
+function exclusionText(e) {
+  if (e.date) return e.date;
+  if (e.cron) return `cron ${e.cron}`;
+  return `${shortTime(e.start)} → ${shortTime(e.end)}`;
+}
+
+function renderCalendars(tbody, calendars) {
+  fillRows(tbody, calendars.map((c) => [
+    el("th", { scope: "row" }, c.name), td(c.tenant), td(c.timezone),
+    td(c.exclude.map(exclusionText).join("; ") || "nothing"),
+  ]), "no calendar");
+}
+
 async function readyz() {
   const resp = await fetch("/readyz");
   return resp.json();
@@ -276,9 +289,9 @@ export async function refreshOverview() {
     readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
     api("/v1/alerts?status=resolved&limit=5"), api("/v1/status/jobs"),
     api("/v1/attempts?status=running&limit=100"), api("/v1/workers"), api("/v1/tenants"),
-    api("/v1/status/queues"),
+    api("/v1/status/queues"), api("/v1/calendars"),
   ]);
-  const [ready, nodes, open, resolved, jobs, running, workers, tenants, queues] =
+  const [ready, nodes, open, resolved, jobs, running, workers, tenants, queues, calendars] =
     results.map((r) => (r.status === "fulfilled" ? r.value : null));
   if (nodes) {
     const self = nodes.nodes.find((n) => n.node_id === nodes.asked_by) || {};
@@ -302,6 +315,7 @@ export async function refreshOverview() {
   if (workers) render("workers", workers.workers, $("#workers tbody"), renderWorkers);
   if (tenants) render("tenants", tenants.tenants, $("#tenants tbody"), renderTenants);
   if (queues) render("queues", queues.queues, $("#queues tbody"), renderQueues);
+  if (calendars) render("calendars", calendars.calendars, $("#calendars tbody"), renderCalendars);
   return results.filter((r) => r.status === "rejected");
 }
 

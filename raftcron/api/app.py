@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from raftcron.api import (
     alerts,
+    calendars,
     cluster,
     groups,
     jobpage,
@@ -88,6 +89,12 @@ ROUTES = [
     Route("/v1/jobs", jobs.create_job, methods=["POST"]),
     Route("/v1/jobs", jobs.list_jobs, methods=["GET"]),
     Route("/v1/jobs:batchCreate", jobs.batch_create_jobs, methods=["POST"]),
+    Route("/v1/jobs:pause", calendars.bulk_pause, methods=["POST"]),
+    Route("/v1/jobs:resume", calendars.bulk_resume, methods=["POST"]),
+    Route("/v1/calendars", calendars.list_calendars, methods=["GET"]),
+    Route("/v1/calendars/{name}", calendars.get_calendar, methods=["GET"]),
+    Route("/v1/calendars/{name}", calendars.put_calendar, methods=["PUT"]),
+    Route("/v1/calendars/{name}", calendars.delete_calendar, methods=["DELETE"]),
     Route("/v1/jobs/{job_id}", jobs.get_job, methods=["GET"]),
     Route("/v1/jobs/{job_id}", jobs.put_job, methods=["PUT"]),
     Route("/v1/jobs/{job_id}", jobs.delete_job, methods=["DELETE"]),

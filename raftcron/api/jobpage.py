@@ -19,6 +19,7 @@ so every node answers the same and a failover loses nothing; its work is bounded
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import time
@@ -30,9 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause
+from raftcron.api.calendars import compiled_calendars_of
 from raftcron.api.jobs import MAX_BACKFILL, ctx_of, job_detail, path_job_id, visible_job_row
 from raftcron.api.status import int_param
 from raftcron.core.backfill import backfill_instants, check_backfill_span
+from raftcron.core.calendar import CompiledCalendar, excluding_calendar, without_excluded
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job, parse_job
 from raftcron.core.schedule import ScheduleError
@@ -58,33 +61,37 @@ def _fmt_offset(delta: timedelta) -> str:
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def upcoming_fires(job: Job, after_ms: int, count: int) -> list[dict[str, Any]]:
-    """The next `count` fire instants of `job` after `after_ms` (within its start/end
-    bounds). Each carries its UTC offset in the job's zone, and `dst_change` ("+01:00 →
-    +02:00") when that offset differs from the one before it (the first is compared with
-    the offset at `after_ms`): the fire falls after a DST transition."""
-    sched = job.compiled()
-    tz = ZoneInfo(job.schedule.timezone)
-    start, end = job.schedule.start_at_ms, job.schedule.end_at_ms
-    t = after_ms // 1000
-    if start is not None and t * 1000 < start:
-        t = start // 1000 - 1
-    previous = _offset(after_ms, tz)
+def upcoming_fires(job: Job, after_ms: int, count: int,
+                   calendars: list[CompiledCalendar] | None = None) -> list[dict[str, Any]]:
+    """The next `count` fire instants of `job` after `after_ms`: the union of its
+    schedules, within their start/end bounds. Each carries its UTC offset in the zone of
+    the first schedule naming it, and `dst_change` ("+01:00 → +02:00") when that offset
+    differs from the one before it (the first is compared with the offset at `after_ms`):
+    the fire falls after a DST transition. A job with several schedules gets the names of
+    those naming each instant (`schedules`); an instant one of `calendars` excludes is
+    listed with `excluded_by` (it will be recorded skipped, not run)."""
+    fires = job.fire_times()
+    zone = fires.timezone
+    previous = _offset(after_ms, ZoneInfo(zone))
     out: list[dict[str, Any]] = []
-    for _ in range(count):
-        nxt = sched.next_after(t)
-        if nxt is None or (end is not None and nxt * 1000 > end) or nxt * 1000 > MAX_SHOWN_MS:
-            break
-        offset = _offset(nxt * 1000, tz)
-        out.append({
-            "utc": ms_to_iso(nxt * 1000),
-            "local": ms_to_local_iso(nxt * 1000, job.schedule.timezone),
+    after = (after_ms // 1000) * 1000 + 999  # the next whole second after `after_ms`
+    for t in itertools.islice(fires.iter_after(after, MAX_SHOWN_MS), count):
+        members = fires.matching(t)
+        zone = members[0].schedule.timezone if members else zone
+        offset = _offset(t, ZoneInfo(zone))
+        entry: dict[str, Any] = {
+            "utc": ms_to_iso(t),
+            "local": ms_to_local_iso(t, zone),
             "utc_offset": _fmt_offset(offset),
             "dst_change": None if offset == previous
             else f"{_fmt_offset(previous)} → {_fmt_offset(offset)}",
-        })
+        }
+        if not fires.is_single:
+            entry["schedules"] = fires.matched_names(t)
+        if calendars:
+            entry["excluded_by"] = excluding_calendar(calendars, t)
+        out.append(entry)
         previous = offset
-        t = nxt
     return out
 
 
@@ -102,14 +109,18 @@ async def job_page(request: Request) -> JSONResponse:
     detail = await job_detail(ctx, job_id, request)
     row = await ctx.fetchone("SELECT spec FROM jobs WHERE id = ?", (job_id,))
     job = Job.from_spec(json.loads(row[0]))
+    calendars = await compiled_calendars_of(ctx, job)
     try:
-        detail["describe"] = job.compiled().describe()
-        detail["upcoming"] = upcoming_fires(job, after_ms, count)
+        detail["describe"] = job.fire_times().describe()
+        detail["upcoming"] = upcoming_fires(job, after_ms, count, calendars)
     except ScheduleError as e:
         detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
         detail["upcoming"] = []
     if any(name in request.query_params for name in PROPOSAL_PARAMS):
-        proposed = proposed_job(job, detail["schedule"], request)
+        # A job with several schedules: the proposal edits its first, as a single one.
+        current = detail.get("schedule") or {
+            k: v for k, v in detail["schedules"][0].items() if k != "name"}
+        proposed = proposed_job(job, current, request)
         detail["proposed"] = {"schedule": proposed.to_api()["schedule"],
                               "describe": proposed.compiled().describe(),
                               "upcoming": upcoming_fires(proposed, after_ms, count)}
@@ -144,12 +155,14 @@ async def backfill_preview(request: Request) -> JSONResponse:
     end = parse_iso_ms(q["end"], "end")
     check_backfill_span(start, end)
     row = await visible_job_row(request, ctx, job_id)
-    sched = Job.from_spec(json.loads(row[3])).compiled()
-    instants = await asyncio.to_thread(backfill_instants, sched, start, end, MAX_BACKFILL)
+    job = Job.from_spec(json.loads(row[3]))
+    instants = await asyncio.to_thread(backfill_instants, job.fire_times(), start, end,
+                                       MAX_BACKFILL)
+    instants, excluded = without_excluded(instants, await compiled_calendars_of(ctx, job))
     return JSONResponse({
         "job_id": job_id, "count": len(instants),
         "instants": [ms_to_iso(ms) for ms in instants[:PREVIEW_INSTANTS]],
-        "shown": min(len(instants), PREVIEW_INSTANTS),
+        "shown": min(len(instants), PREVIEW_INSTANTS), "excluded": excluded,
     })
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 from typing import Any
 
@@ -17,11 +18,13 @@ from raftcron.api.auth import (
     reveals_secrets,
     tenant_clause,
 )
+from raftcron.api.calendars import compiled_calendars_of, pause_note
 from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.policy import refuse_batch_outside_policy
 from raftcron.core import commands as c
 from raftcron.core.backfill import MAX_BACKFILL_INSTANTS, backfill_instants, check_backfill_span
+from raftcron.core.calendar import without_excluded
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
 from raftcron.core.secrets import holds_redacted, restore_redacted
@@ -91,20 +94,18 @@ async def guard_job_write(request: Request, ctx: ApiContext, job_id: str) -> Non
 
 
 def next_fire_times(job: dict[str, Any], spec_row: tuple, count: int = 5) -> list[dict]:
-    j = Job.from_spec(json.loads(spec_row[3]))
-    sched = j.compiled()
+    """The next instants of the union of the job's schedules; each in the zone of the
+    first schedule that names it, and with those schedules' names when there are several."""
+    fires = Job.from_spec(json.loads(spec_row[3])).fire_times()
     out = []
-    t = max(now_ms(), spec_row[6]) // 1000
-    start = j.schedule.start_at_ms
-    if start is not None and t * 1000 < start:
-        t = start // 1000 - 1
-    for _ in range(count):
-        nxt = sched.next_after(t)
-        if nxt is None or (j.schedule.end_at_ms is not None and nxt * 1000 > j.schedule.end_at_ms):
-            break
-        out.append({"utc": ms_to_iso(nxt * 1000),
-                    "local": ms_to_local_iso(nxt * 1000, j.schedule.timezone)})
-        t = nxt
+    after = (max(now_ms(), spec_row[6]) // 1000) * 1000 + 999
+    for t in itertools.islice(fires.iter_after(after), count):
+        members = fires.matching(t)
+        tz = members[0].schedule.timezone if members else fires.timezone
+        entry = {"utc": ms_to_iso(t), "local": ms_to_local_iso(t, tz)}
+        if not fires.is_single:
+            entry["schedules"] = fires.matched_names(t)
+        out.append(entry)
     return out
 
 
@@ -116,6 +117,7 @@ async def job_detail(ctx: ApiContext, job_id: str, request: Request) -> dict[str
     out["next_fire_times"] = next_fire_times(out, row)
     latest = await ctx.fetchone(*recent_occurrences(job_id, 1))
     out["latest_occurrence"] = occurrence_to_api(latest) if latest else None
+    out["pause_note"] = await pause_note(ctx, job_id)
     return out
 
 
@@ -350,9 +352,12 @@ async def backfill_job(request: Request) -> JSONResponse:
     check_backfill_span(start, end)  # before any work: at most ten years
     await ctx.barrier()  # the job may have been created through another node a moment ago
     row = await load_job_row(ctx, job_id)
-    sched = Job.from_spec(json.loads(row[3])).compiled()
+    job = Job.from_spec(json.loads(row[3]))
     # Bounded (span and count) and listed off the event loop: other requests keep flowing.
-    instants = await asyncio.to_thread(backfill_instants, sched, start, end, MAX_BACKFILL)
+    instants = await asyncio.to_thread(backfill_instants, job.fire_times(), start, end,
+                                       MAX_BACKFILL)
+    # The job's calendars hold for a backfill too: excluded instants are left out, counted.
+    instants, excluded = without_excluded(instants, await compiled_calendars_of(ctx, job))
     key = idempotency_key(request) or hashlib.sha256(
         f"{start}:{end}".encode()).hexdigest()[:16]
     # The key names the backfill (its occurrences are (job, instant, key)): one key may
@@ -372,4 +377,5 @@ async def backfill_job(request: Request) -> JSONResponse:
         if not result.get("replayed_request"):
             created += result.get("created", 0)
     return JSONResponse({"job_id": job_id, "request_key": key, "occurrence_ids": ids,
-                         "count": len(ids), "created": created}, status_code=202)
+                         "count": len(ids), "created": created, "excluded": excluded},
+                        status_code=202)

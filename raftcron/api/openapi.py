@@ -36,7 +36,7 @@ from raftcron.api import (
 )
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
-from raftcron.core import model
+from raftcron.core import calendar, model
 from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
 from raftcron.core.secrets import SECRET_NAME_RE
 from raftcron.core.tenant_policy import MAX_PATTERNS, TARGET_KINDS
@@ -210,10 +210,65 @@ JOB_INPUT: dict[str, Any] = {
                                              "most its limit of runs hold leases at once"},
     },
 }
+SCHEDULE_LISTED = {**SCHEDULE_OBJECT, "properties": {
+    **SCHEDULE_OBJECT["properties"],
+    "name": {**NAME, "description": "what an occurrence records as matched (default: the "
+                                    "position, from 0); distinct within the job"}}}
+JOB_INPUT["properties"].update({
+    "schedules": {"type": "array", "minItems": 1, "maxItems": model.MAX_SCHEDULES,
+                  "items": {"anyOf": [SCHEDULE_LISTED, CRON]},
+                  "description": "several schedules instead of `schedule`: the job fires at "
+                                 "the union of their instants, each instant once"},
+    "calendars": {"type": "array", "maxItems": model.MAX_CALENDARS, "uniqueItems": True,
+                  "items": NAME, "description": "calendars of the job's tenant; an instant "
+                  "one excludes is recorded skipped with reason calendar:<name>"},
+    "labels": {"type": "object", "maxProperties": model.MAX_LABELS,
+               "propertyNames": {"pattern": _anchored(model.NAME_RE)},
+               "additionalProperties": {"type": "string",
+                                        "pattern": _anchored(model.LABEL_VALUE_RE)},
+               "description": "name -> value, selects jobs for POST /v1/jobs:pause"},
+})
+JOB_INPUT["required"] = ["id", "target"]
+JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]}]
 # PUT takes the id from the URL.
 JOB_REPLACE: dict[str, Any] = {
-    **JOB_INPUT, "required": ["schedule", "target"],
+    **JOB_INPUT, "required": ["target"],
     "properties": {k: v for k, v in JOB_INPUT["properties"].items() if k != "id"},
+}
+
+_YEAR = r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+EXCLUSIONS = [
+    {"type": "object", "required": ["start", "end"], "additionalProperties": False,
+     "description": "the window [start, end); end after start",
+     "properties": {"start": INSTANT, "end": INSTANT}},
+    {"type": "object", "required": ["cron"], "additionalProperties": False,
+     "description": "every minute (second, with six fields) the expression names, in the "
+                    "calendar's zone", "properties": {"cron": CRON}},
+    {"type": "object", "required": ["date"], "additionalProperties": False,
+     "description": "the whole local day, in the calendar's zone",
+     "properties": {"date": {"type": "string", "format": "date",
+                             "pattern": rf"^{_YEAR}-[0-9]{{2}}-[0-9]{{2}}$"}}},
+]
+CALENDAR_INPUT: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["exclude"],
+    "properties": {
+        "tenant": NAME,
+        "timezone": TIMEZONE,
+        "exclude": {"type": "array", "maxItems": calendar.MAX_EXCLUSIONS,
+                    "items": {"oneOf": EXCLUSIONS}},
+    },
+}
+NOTE = {"type": "string", "minLength": 1, "maxLength": alerts.MAX_NOTE, "pattern": r"\S"}
+BULK_PAUSE: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["note"],
+    "oneOf": [{"required": ["tenant"]}, {"required": ["queue"]}, {"required": ["label"]}],
+    "properties": {
+        "tenant": NAME, "queue": NAME,
+        "label": {"type": "string", "description": '"name=value", e.g. "team=billing"',
+                  "pattern": f"^{model.NAME_RE.pattern.strip('^$')}="
+                             f"{model.LABEL_VALUE_RE.pattern.strip('^$')}$"},
+        "note": NOTE,
+    },
 }
 
 QUOTA = {"type": ["integer", "null"], "minimum": 1, "maximum": tenants.QUOTA_MAX}
@@ -307,6 +362,13 @@ def _op(summary: str, *, body: dict | None = None, body_required: bool = True, o
     if params:
         op["parameters"] = params
     op.update(extra or {})
+    return op
+
+
+def _also_created(op: dict) -> dict:
+    """`op` answering 201 as well as 200 (a PUT that creates or replaces)."""
+    op["responses"]["201"] = {"description": "Created",
+                              "content": {JSON: {"schema": JSON_OBJ}}}
     return op
 
 
@@ -469,6 +531,24 @@ def _spec() -> dict[str, Any]:
                       "additionalProperties": False,
                       "properties": {"start": INSTANT, "end": INSTANT}},
                 errors=(404, *RAFT_WRITE))},
+            "/v1/jobs:pause": {"post": _op(
+                "Pause every job of a tenant, a queue or a label (within the token's "
+                "tenants), with a note; each job records who and why", body=BULK_PAUSE,
+                errors=RAFT_WRITE)},
+            "/v1/jobs:resume": {"post": _op(
+                "Resume every job of a tenant, a queue or a label, with a note",
+                body=BULK_PAUSE, errors=RAFT_WRITE)},
+            "/v1/calendars": {"get": _op("Calendars (a tenant token sees its own)",
+                                         params=[CONSISTENT])},
+            "/v1/calendars/{name}": {
+                "get": _op("A calendar and the jobs that list it",
+                           params=[*TENANT, CONSISTENT], errors=(404,)),
+                "put": _also_created(_op(
+                    "Create (201) or replace (200) a calendar (admin, or its tenant)",
+                    body=CALENDAR_INPUT, params=TENANT, errors=RAFT_WRITE)),
+                "delete": _op("Delete a calendar; 409 naming the jobs while jobs list it",
+                              params=TENANT, errors=(404, *RAFT_WRITE)),
+            },
             "/v1/tenants": {"get": _op("Tenants with quotas (a tenant token sees its own)",
                                        params=[CONSISTENT])},
             "/v1/tenants/{name}": {

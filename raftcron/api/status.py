@@ -49,15 +49,19 @@ async def jobs_overview(request: Request) -> JSONResponse:
     out = []
     for row in rows[:MAX_JOBS]:
         job = job_to_api(row)
+        # A job with several schedules shows its first as `schedule`, all as `schedules`.
+        first = job.get("schedule") or job["schedules"][0]
         try:
-            described = Job.from_spec(json.loads(row[3])).compiled().describe()
+            described = Job.from_spec(json.loads(row[3])).fire_times().describe()
         except ScheduleError:
-            described = job["schedule"]["cron"]
+            described = first["cron"]
         occs = await ctx.fetchall(*recent_occurrences(row[0], per_job))
         timeline = [occurrence_to_api(o) for o in occs]
         out.append({
             "id": job["id"], "tenant": job["tenant"], "paused": job["paused"],
-            "version": job["version"], "schedule": job["schedule"], "describe": described,
+            "version": job["version"], "schedule": first, "describe": described,
+            "schedules": job.get("schedules"), "calendars": job["calendars"],
+            "labels": job["labels"],
             "deadline_s": job["deadline_s"], "overlap_policy": job["overlap_policy"],
             "next_fire_times": next_fire_times(job, row),
             "last_run": timeline[0] if timeline else None,
@@ -149,6 +153,17 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     whole_minutes = bucket_s % 60 == 0 and start_s % 60 == 0
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
+        if job.schedules:  # several schedules: their union, one step per instant
+            counted_jobs += 1
+            for nxt_ms in job.fire_times().iter_after(start_s * 1000 - 1, end_s * 1000 - 1):
+                if seen >= cap:
+                    truncated = True
+                    break
+                seen += 1
+                counts[(nxt_ms // 1000 - start_s) // bucket_s] += 1
+            if truncated:
+                break
+            continue
         try:
             sched = job.compiled()
         except ScheduleError:

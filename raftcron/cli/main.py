@@ -306,11 +306,30 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         body = {}
     if getattr(args, "job_id", None):
         body["id"] = args.job_id
-    sched = body.setdefault("schedule", {}) if args.cron or args.tz else body.get("schedule")
-    if args.cron:
-        sched["cron"] = args.cron
-    if args.tz:
-        sched["timezone"] = args.tz
+    crons = args.cron or []
+    if len(crons) > 1:  # several --cron: several schedules, each in --tz
+        body.pop("schedule", None)
+        body["schedules"] = [{"cron": c, **({"timezone": args.tz} if args.tz else {})}
+                             for c in crons]
+    elif crons or args.tz:
+        if "schedules" in body:
+            raise UsageError("this job has several schedules: give them all with --cron "
+                             "(one per schedule), or edit them with --file")
+        sched = body.setdefault("schedule", {})
+        if crons:
+            sched["cron"] = crons[0]
+        if args.tz:
+            sched["timezone"] = args.tz
+    if args.calendar:
+        body["calendars"] = args.calendar
+    if args.label:
+        labels: dict[str, str] = {}
+        for item in args.label:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(f"--label {item!r} must be NAME=VALUE")
+            labels[name] = value
+        body["labels"] = labels
     if args.shell and args.url:
         raise UsageError("--shell and --url are two kinds of target: give one")
     if args.shell:
@@ -373,8 +392,10 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
                ("id", "version", "next fire (UTC)"))
     elif action == "list":
         data = client.request("GET", "/v1/jobs", params={"limit": 500})
-        _print(args, data, [(j["id"], j["tenant"], j["schedule"]["cron"],
-                             j["schedule"]["timezone"], "paused" if j["paused"] else "active",
+        _print(args, data, [(j["id"], j["tenant"], " | ".join(
+                                 s["cron"] for s in j.get("schedules") or [j["schedule"]]),
+                             (j.get("schedule") or j["schedules"][0])["timezone"],
+                             "paused" if j["paused"] else "active",
                              str(j["version"])) for j in data["jobs"]],
                ("id", "tenant", "cron", "timezone", "state", "version"))
     elif action == "show":
@@ -383,7 +404,7 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
         current = client.request("GET", f"/v1/jobs/{args.job_id}")
         body = {k: v for k, v in current.items() if k not in (
             "version", "watermark", "created_at", "updated_at", "next_fire_times",
-            "latest_occurrence")}
+            "latest_occurrence", "pause_note")}
         body.update(_job_body(args))
         _checked_bounds(body)
         job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
@@ -541,7 +562,8 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
     if args.max_instants < 1:
         raise UsageError("--max-instants must be at least 1")
     job = client.request("GET", f"/v1/jobs/{args.job_id}")
-    sched = parse_job({k: job[k] for k in ("id", "schedule", "target")}).compiled()
+    sched = parse_job({k: job[k] for k in ("id", "schedule", "schedules", "target")
+                       if k in job}).fire_times()  # every schedule of the job
     # Counted as they come: a range of years of a job firing every second would otherwise
     # be listed whole in memory (and backfilled whole) before anything is checked.
     in_range = (t * 1000 for t in sched.iter_between((start - 1) // 1000, end // 1000)
@@ -721,7 +743,11 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("job_id")
         if name in ("add", "edit"):
             a.add_argument("--file", help="job JSON")
-            a.add_argument("--cron")
+            a.add_argument("--cron", action="append",
+                           help="cron expression; repeat for several schedules")
+            a.add_argument("--calendar", action="append",
+                           help="a calendar whose exclusions the job skips (repeatable)")
+            a.add_argument("--label", action="append", help="NAME=VALUE (repeatable)")
             a.add_argument("--tz")
             a.add_argument("--shell")
             a.add_argument("--url")
@@ -756,6 +782,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_job_runs(jsub)
     register_runs(sub, _Parser)
+    from raftcron.cli.calendars import register as register_calendars
+    from raftcron.cli.calendars import register_bulk_pause
+
+    register_bulk_pause(jsub)
+    register_calendars(sub, _Parser)
     from raftcron.cli.groups import register as register_groups
 
     register_groups(sub, _Parser)

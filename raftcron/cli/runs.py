@@ -177,11 +177,12 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
         return _refused(e)
     finally:
         client.close()
+    zone = (job.get("schedule") or job["schedules"][0])["timezone"]  # several: the first's
     if args.json:
-        print(json.dumps({"job_id": args.job_id, "timezone": job["schedule"]["timezone"],
+        print(json.dumps({"job_id": args.job_id, "timezone": zone,
                           "occurrences": occurrences}, indent=2))
         return 0
-    tz = job["schedule"]["timezone"]
+    tz = zone
     rows = []
     for occ in occurrences:
         last = occ["attempt_list"][-1] if occ["attempt_list"] else {}

@@ -12,6 +12,7 @@ import itertools
 
 from raftcron.core.errors import ValidationError
 from raftcron.core.schedule import CronSchedule
+from raftcron.core.schedule_set import ScheduleSet
 
 MAX_BACKFILL_INSTANTS = 10_000
 MAX_BACKFILL_SPAN_DAYS = 3_653  # ten years
@@ -27,10 +28,11 @@ def check_backfill_span(start_ms: int, end_ms: int, field: str = "end") -> None:
                               "days (ten years): split it")
 
 
-def backfill_instants(sched: CronSchedule, start_ms: int, end_ms: int,
+def backfill_instants(sched: CronSchedule | ScheduleSet, start_ms: int, end_ms: int,
                       max_instants: int = MAX_BACKFILL_INSTANTS,
                       field: str = "end") -> list[int]:
-    """The fire instants (epoch ms) in [start_ms, end_ms], at most `max_instants`.
+    """The fire instants (epoch ms) in [start_ms, end_ms], at most `max_instants` (of
+    every schedule of a job with several: their union, each instant once).
 
     Raises ValidationError on `field` for a range too long or holding more instants."""
     check_backfill_span(start_ms, end_ms, field)

@@ -125,6 +125,48 @@ class Backfill(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class PutCalendar(Command):
+    """Create or replace a calendar (core.calendar, canonical spec). A calendar of
+    another tenant under the same name is refused: names are cluster-wide, like job ids."""
+
+    TYPE: ClassVar[str] = "put_calendar"
+    request_id: str
+    now_ms: int
+    calendar: dict[str, Any]
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCalendar(Command):
+    """Delete a calendar; refused (`in_use`, naming them) while a job lists it."""
+
+    TYPE: ClassVar[str] = "delete_calendar"
+    request_id: str
+    now_ms: int
+    name: str
+    # The tenants the caller may write (None: admin, any); another's calendar is absent.
+    tenants: list[str] | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkPause(Command):
+    """Pause (or resume) every job a selector names: {"tenant": t}, {"queue": q} or
+    {"label": [key, value]}, within `tenants` (the caller's; None: admin, all). Each job
+    reached records who did it and the note (job_pause_notes)."""
+
+    TYPE: ClassVar[str] = "bulk_pause"
+    request_id: str
+    now_ms: int
+    selector: dict[str, Any]
+    paused: bool
+    who: str
+    note: str
+    tenants: list[str] | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier(Command):
     """A no-op whose application proves this node has applied everything before it."""
 
@@ -441,6 +483,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
+        PutCalendar, DeleteCalendar, BulkPause,
         PutTenant, RetryOutbox, SetWebhookKey, AlertAction, CancelOccurrence,
         PutConcurrencyGroup, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert,
         ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete, Release,

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from raftcron.core.errors import ValidationError
 from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
+from raftcron.core.schedule_set import ScheduleSet
 from raftcron.core.secrets import is_secret_ref
 from raftcron.core.timefmt import clamp_accepted, ms_to_iso, parse_iso_ms
 
@@ -31,6 +32,10 @@ MAX_HEADER_NAME_LEN = 256
 MAX_HEADER_VALUE_LEN = 4096
 MAX_NOTIFY = 10
 MAX_JITTER_S = 3600
+MAX_SCHEDULES = 16
+MAX_CALENDARS = 8
+MAX_LABELS = 16
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 DEFAULT_ACK_TIMEOUT_S = 3
 MAX_ACK_TIMEOUT_S = 600
 WEEK_S = 86_400 * 7
@@ -63,9 +68,11 @@ _TOP_LEVEL = {
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
     "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
-    "concurrency_group",
+    "concurrency_group", "schedules", "calendars", "labels",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
+# An entry of `schedules` may be named; the name is what an occurrence records as matched.
+_LISTED_SCHEDULE_KEYS = _SCHEDULE_KEYS | {"name"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,8 @@ class Schedule:
     jitter_s: int = 0
     start_at_ms: int | None = None
     end_at_ms: int | None = None
+    # Set on the entries of a job's `schedules` list only (a single schedule has none).
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,15 @@ class Job:
     # A concurrency group of the job's tenant (state.groups); None: none. Left out of the
     # spec when None, so specs of jobs without one are as before the field existed.
     concurrency_group: str | None = None
+    # Several schedules (all of them, the first being `schedule`); empty for a job with
+    # one. Specs stored before these fields existed decode with them empty.
+    schedules: tuple[Schedule, ...] = field(default_factory=tuple)
+    calendars: tuple[str, ...] = field(default_factory=tuple)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def fire_times(self) -> ScheduleSet:
+        """The union of the job's schedules: what every reader of fire times uses."""
+        return ScheduleSet.from_spec(self.to_spec(), self.id)
 
     def compiled(self) -> CronSchedule:
         s = self.schedule
@@ -123,7 +141,7 @@ class Job:
         Written out field by field: `dataclasses.asdict` (a deepcopy per field) made a
         1,000-job CreateJobs apply take a quarter of a second on the Raft thread."""
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
-        d["schedule"] = {name: getattr(self.schedule, name) for name in _SCHEDULE_FIELDS}
+        d["schedule"] = _schedule_spec(self.schedule)
         d["target"] = copy.deepcopy(self.target)
         d["notify"] = list(self.notify)
         for name in RUN_BOUND_FIELDS:
@@ -131,6 +149,16 @@ class Job:
                 del d[name]
         if d["concurrency_group"] is None:
             del d["concurrency_group"]
+        # The fields added with several schedules and calendars are left out while empty:
+        # a job that uses none of them has the spec it had before they existed.
+        for name in ("schedules", "calendars", "labels"):
+            del d[name]
+        if self.schedules:
+            d["schedules"] = [_schedule_spec(s) for s in self.schedules]
+        if self.calendars:
+            d["calendars"] = list(self.calendars)
+        if self.labels:
+            d["labels"] = dict(self.labels)
         return d
 
     @staticmethod
@@ -138,6 +166,9 @@ class Job:
         d = dict(d)
         d["schedule"] = Schedule(**d["schedule"])
         d["notify"] = tuple(d.get("notify") or ())
+        d["schedules"] = tuple(Schedule(**s) for s in d.get("schedules") or ())
+        d["calendars"] = tuple(d.get("calendars") or ())
+        d["labels"] = dict(d.get("labels") or {})
         return Job(**d)
 
     def fields_differing_from(self, other: Job, *, compare_paused: bool = True) -> list[str]:
@@ -155,9 +186,13 @@ class Job:
         d = self.to_spec()
         for name in RUN_BOUND_FIELDS:
             d.setdefault(name, None)
-        sched = d["schedule"]
-        sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
-        sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
+        for sched in [d["schedule"], *d.get("schedules", ())]:
+            sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
+            sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
+        if "schedules" in d:
+            del d["schedule"]  # a job with several shows them as it was given them
+        d.setdefault("calendars", [])
+        d.setdefault("labels", {})
         d["target"] = renderable(d["target"])
         d["notify"] = renderable(d["notify"])
         d.setdefault("concurrency_group", None)
@@ -183,7 +218,14 @@ def renderable(value: Any) -> Any:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule))
+_SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule) if f.name != "name")
+
+
+def _schedule_spec(s: Schedule) -> dict[str, Any]:
+    d = {name: getattr(s, name) for name in _SCHEDULE_FIELDS}
+    if s.name is not None:
+        d["name"] = s.name
+    return d
 
 
 def json_int(value: Any) -> int | None:
@@ -284,34 +326,87 @@ def parse_target(value: Any) -> dict[str, Any]:
     raise ValidationError("target", 'must be {"shell": "..."} or {"http": {"url": ...}}')
 
 
-def parse_schedule(value: Any, job_id: str) -> Schedule:
+def parse_schedule(value: Any, job_id: str, where: str = "schedule",
+                   listed: bool = False) -> Schedule:
+    """One schedule; `where` is its field ("schedule", or "schedules.2" in a list, where
+    an entry may carry a `name`)."""
     if isinstance(value, str):
         value = {"cron": value}
     if not isinstance(value, dict):
-        raise ValidationError("schedule", 'must be an object such as {"cron": "0 9 * * *"}')
-    unknown = set(value) - _SCHEDULE_KEYS
+        raise ValidationError(where, 'must be an object such as {"cron": "0 9 * * *"}')
+    unknown = set(value) - (_LISTED_SCHEDULE_KEYS if listed else _SCHEDULE_KEYS)
     if unknown:
-        raise ValidationError(f"schedule.{sorted(unknown)[0]}", "unknown field")
+        raise ValidationError(f"{where}.{sorted(unknown)[0]}", "unknown field")
     cron = value.get("cron")
     if not isinstance(cron, str):
-        raise ValidationError("schedule.cron", "is required and must be a string")
+        raise ValidationError(f"{where}.cron", "is required and must be a string")
     tz = value.get("timezone", "UTC")
     if not isinstance(tz, str):
-        raise ValidationError("schedule.timezone", "must be an IANA time zone name")
+        raise ValidationError(f"{where}.timezone", "must be an IANA time zone name")
     gap = value.get("dst_gap", "auto")
     fold = value.get("dst_fold", "auto")
     try:
         compile_schedule(cron, tz, gap, fold, hash_key=job_id)
     except ScheduleError as e:
-        raise ValidationError(e.field, e.message) from None
-    jitter = _int(value, "jitter_s", 0, 0, MAX_JITTER_S, "schedule.")
+        raise ValidationError(where + e.field.removeprefix("schedule"), e.message) from None
+    jitter = _int(value, "jitter_s", 0, 0, MAX_JITTER_S, f"{where}.")
     start = value.get("start_at")
     end = value.get("end_at")
-    start_ms = parse_iso_ms(start, "schedule.start_at") if start is not None else None
-    end_ms = parse_iso_ms(end, "schedule.end_at") if end is not None else None
+    start_ms = parse_iso_ms(start, f"{where}.start_at") if start is not None else None
+    end_ms = parse_iso_ms(end, f"{where}.end_at") if end is not None else None
     if start_ms is not None and end_ms is not None and end_ms <= start_ms:
-        raise ValidationError("schedule.end_at", "must be after schedule.start_at")
-    return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms)
+        raise ValidationError(f"{where}.end_at", f"must be after {where}.start_at")
+    name = value.get("name")
+    if name is not None and (not isinstance(name, str) or not NAME_RE.fullmatch(name)):
+        raise ValidationError(f"{where}.name", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms, name)
+
+
+def parse_schedules(value: Any, job_id: str) -> tuple[Schedule, ...]:
+    """`schedules`: 1 to MAX_SCHEDULES entries, each named (by default its position, from
+    "0"), the names distinct. A list of one is the single-schedule form."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SCHEDULES:
+        raise ValidationError("schedules", f"must be a list of 1 to {MAX_SCHEDULES} "
+                              'schedules such as {"cron": "0 9 * * *"}')
+    out: list[Schedule] = []
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        s = parse_schedule(item, job_id, f"schedules.{i}", listed=True)
+        s = replace(s, name=s.name if s.name is not None else str(i))
+        if s.name in seen:
+            raise ValidationError(f"schedules.{i}.name", f"{s.name!r} names an earlier "
+                                  "schedule of this job")
+        seen.add(s.name)
+        out.append(s)
+    return tuple(out)
+
+
+def parse_calendar_names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_CALENDARS:
+        raise ValidationError("calendars", f"must be a list of at most {MAX_CALENDARS} "
+                              "calendar names")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            raise ValidationError(f"calendars.{i}",
+                                  "must be 1-64 characters of A-Z a-z 0-9 . _ -")
+    if len(set(value)) != len(value):
+        raise ValidationError("calendars", "names a calendar twice")
+    return tuple(value)
+
+
+def parse_labels(value: Any) -> dict[str, str]:
+    """`labels`: at most MAX_LABELS keys (names) with values of 0-64 name characters,
+    the handle of a bulk pause (`POST /v1/jobs:pause {"label": "team=billing"}`)."""
+    if not isinstance(value, dict) or len(value) > MAX_LABELS:
+        raise ValidationError("labels", f"must be an object of at most {MAX_LABELS} labels")
+    for key, val in value.items():
+        if not NAME_RE.fullmatch(key):
+            raise ValidationError("labels", f"label name {key[:70]!r} must be 1-64 "
+                                  "characters of A-Z a-z 0-9 . _ -")
+        if not isinstance(val, str) or not LABEL_VALUE_RE.fullmatch(val):
+            raise ValidationError(f"labels.{key}", "must be 0-64 characters of "
+                                  "A-Z a-z 0-9 . _ -")
+    return dict(value)
 
 
 def check_run_bounds(ints: dict[str, int | None]) -> None:
@@ -344,9 +439,18 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         raise ValidationError("id", "is required")
     if not isinstance(jid, str) or not JOB_ID_RE.fullmatch(jid):
         raise ValidationError("id", "must be 1-128 characters of A-Z a-z 0-9 . _ -")
-    if "schedule" not in data:
-        raise ValidationError("schedule", "is required")
-    schedule = parse_schedule(data["schedule"], jid)
+    if "schedule" in data and "schedules" in data:
+        raise ValidationError("schedules", "give either schedule or schedules, not both")
+    schedules: tuple[Schedule, ...] = ()
+    if "schedules" in data:
+        schedules = parse_schedules(data["schedules"], jid)
+        schedule = schedules[0]
+        if len(schedules) == 1:  # one schedule: the single form, as it always was
+            schedule, schedules = replace(schedule, name=None), ()
+    elif "schedule" in data:
+        schedule = parse_schedule(data["schedule"], jid)
+    else:
+        raise ValidationError("schedule", "is required (or schedules)")
     if "target" not in data:
         raise ValidationError("target", "is required")
     target = parse_target(data["target"])
@@ -374,6 +478,9 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         paused=paused,
         notify=tuple(notify),
         concurrency_group=_optional_name(data, "concurrency_group"),
+        schedules=schedules,
+        calendars=parse_calendar_names(data.get("calendars", [])),
+        labels=parse_labels(data.get("labels", {})),
     )
 
 

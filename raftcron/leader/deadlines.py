@@ -39,6 +39,7 @@ deterministic, so a failover in the middle of a pass changes nothing.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import sqlite3
@@ -290,24 +291,10 @@ class Deadlines:
         return commands, cursors
 
     def _unclaimed(self, spec: dict, after_ms: int, through_ms: int) -> list[int]:
-        """Nominal instants in (after_ms, through_ms] of the job's schedule, capped."""
-        job = Job.from_spec(spec)
-        sched = job.compiled()
-        out: list[int] = []
-        t = after_ms // 1000
-        start_at, end_at = job.schedule.start_at_ms, job.schedule.end_at_ms
-        while len(out) < UNCLAIMED_PER_JOB:
-            nxt = sched.next_after(t)
-            if nxt is None or nxt * 1000 > through_ms:
-                break
-            t = nxt
-            if end_at is not None and nxt * 1000 > end_at:
-                break
-            if start_at is not None and nxt * 1000 < start_at:
-                continue
-            if nxt * 1000 > after_ms:
-                out.append(nxt * 1000)
-        return out
+        """Nominal instants in (after_ms, through_ms] of the union of the job's schedules
+        (within their bounds), capped."""
+        fires = Job.from_spec(spec).fire_times().iter_after(after_ms, through_ms)
+        return list(itertools.islice(fires, UNCLAIMED_PER_JOB))
 
     def _verdict_commands(self, now: int, job_id: str, occ_id: str, t: int, deadline_at: int,
                           verdict: Verdict, kind: str = KIND) -> list[Command]:

@@ -14,7 +14,9 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from raftcron.core import policy
-from raftcron.core.schedule import CronSchedule, compile_schedule, jitter_offset_ms
+from raftcron.core.calendar import CompiledCalendar, excluding_calendar, skip_reason
+from raftcron.core.schedule import jitter_offset_ms
+from raftcron.core.schedule_set import ScheduleSet
 
 LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
@@ -37,23 +39,16 @@ class JobRecord:
     paused: bool
     watermark_ms: int
     spec: InitVar[dict[str, Any]]
-    schedule: CronSchedule = field(init=False)
-    start_at_ms: int | None = field(init=False)
-    end_at_ms: int | None = field(init=False)
-    jitter_s: int = field(init=False)
+    schedule: ScheduleSet = field(init=False)
+    calendars: tuple[str, ...] = field(init=False)
     misfire_policy: str = field(init=False)
     misfire_grace_s: int = field(init=False)
     catch_up_max: int = field(init=False)
     next_ms: int | None = field(init=False, default=None)
 
     def __post_init__(self, spec: dict[str, Any]) -> None:
-        s = spec["schedule"]
-        self.schedule = compile_schedule(
-            s["cron"], s["timezone"], s["dst_gap"], s["dst_fold"], hash_key=self.id
-        )
-        self.start_at_ms = s.get("start_at_ms")
-        self.end_at_ms = s.get("end_at_ms")
-        self.jitter_s = s.get("jitter_s", 0)
+        self.schedule = ScheduleSet.from_spec(spec, self.id)
+        self.calendars = tuple(spec.get("calendars") or ())
         self.misfire_policy = sys.intern(spec["misfire_policy"])
         self.misfire_grace_s = spec["misfire_grace_s"]
         self.catch_up_max = spec["catch_up_max"]
@@ -62,25 +57,18 @@ class JobRecord:
     @classmethod
     def from_row(cls, row: tuple) -> JobRecord:
         """row: (id, version, paused, watermark_ms, planning_json), the last being the JSON
-        array [schedule, misfire_policy, misfire_grace_s, catch_up_max] (ticker.JOB_ROW_SQL)."""
-        schedule, misfire_policy, grace_s, catch_up_max = json.loads(row[4])
+        array [schedule, misfire_policy, misfire_grace_s, catch_up_max, schedules,
+        calendars] (ticker.JOB_ROW_SQL; the last two null for a job without them)."""
+        schedule, misfire_policy, grace_s, catch_up_max, *more = json.loads(row[4])
+        schedules, calendars = (more + [None, None])[:2]
         return cls(row[0], row[1], bool(row[2]), row[3], {
             "schedule": schedule, "misfire_policy": misfire_policy,
-            "misfire_grace_s": grace_s, "catch_up_max": catch_up_max})
+            "misfire_grace_s": grace_s, "catch_up_max": catch_up_max,
+            "schedules": schedules, "calendars": calendars})
 
     def _next_after(self, after_ms: int) -> int | None:
-        start = self.start_at_ms
-        if start is not None and after_ms < start - 1:
-            after_ms = start - 1
-        # Instants are whole seconds: next_after(floor(after)) is > after as well.
-        nxt = self.schedule.next_after(after_ms // 1000)
-        if nxt is None:
-            return None
-        nxt_ms = nxt * 1000
-        end = self.end_at_ms
-        if end is not None and nxt_ms > end:
-            return None
-        return nxt_ms
+        """The next instant of the union of the job's schedules (within their bounds)."""
+        return self.schedule.next_after(after_ms)
 
 
 class TickPlanner:
@@ -89,6 +77,9 @@ class TickPlanner:
         self.jobs: dict[str, JobRecord] = {}
         self._heap: list[tuple[int, str, int]] = []  # (next_ms, job_id, version)
         self.per_instant: dict[int, int] = {}  # live jobs whose next instant is this one
+        # The replicated calendars by name (the ticker reloads them when one changes).
+        self.calendars: dict[str, CompiledCalendar] = {}
+        self.held = 0  # jobs the last `due` held back for a calendar not loaded
 
     def _count(self, next_ms: int | None, delta: int) -> None:
         if next_ms is None:
@@ -144,15 +135,29 @@ class TickPlanner:
         """
         horizon = self.horizon(now_ms)
         items: list[list[Any]] = []
+        held: list[JobRecord] = []
         while self._heap and self._heap[0][0] <= horizon and len(items) < limit:
             next_ms, job_id, version = heapq.heappop(self._heap)
             rec = self.jobs.get(job_id)
             if rec is None or rec.version != version or rec.next_ms != next_ms:
                 continue
             self._count(rec.next_ms, -1)
+            if not self.holds_calendars_of(rec):
+                held.append(rec)
+                continue
             items.extend(self._job_items(rec, now_ms, horizon))
             self._push(rec)
+        for rec in held:
+            self._push(rec)
+        self.held = len(held)
         return items
+
+    def holds_calendars_of(self, rec: JobRecord) -> bool:
+        """Whether every calendar the job names is loaded. A job naming one that is not
+        (the ticker has not read it yet) is held, not claimed: fail closed rather than fire
+        an instant that calendar may exclude. Apply refuses a job naming a calendar that
+        does not exist and a delete of one a job names, so the hold is brief."""
+        return all(name in self.calendars for name in rec.calendars)
 
     def _job_items(self, rec: JobRecord, now_ms: int, horizon: int) -> list[list[Any]]:
         instants: list[int] = []
@@ -165,20 +170,41 @@ class TickPlanner:
             return []
         rec.watermark_ms = instants[-1]
         grace_ms = rec.misfire_grace_s * 1000
+        excluded = self._excluded(rec, instants) if rec.calendars and not rec.paused else {}
+        eligible = [i for i in instants if i not in excluded] if excluded else instants
         if rec.paused:
             plan = [(i, policy.SKIP_PAUSED) for i in instants]
         elif t is not None and now_ms - t > grace_ms:
             # More missed instants follow in a later round: the ones to fire (the latest)
             # are there, so everything in this round is a misfire.
-            plan = [(i, policy.SKIP_MISFIRE) for i in instants]
+            plan = [(i, policy.SKIP_MISFIRE) for i in eligible]
         else:
+            # An excluded instant is not a missed one: misfire policy (run_once fires the
+            # latest missed instant) chooses among the instants the calendars allow.
             plan = policy.plan_misfires(
-                instants, now_ms, rec.misfire_policy, rec.misfire_grace_s, rec.catch_up_max,
+                eligible, now_ms, rec.misfire_policy, rec.misfire_grace_s, rec.catch_up_max,
             )
-        jitter_s = rec.jitter_s
-        return [
-            [rec.id, rec.version, t_ms,
-             t_ms + jitter_offset_ms(rec.id, t_ms // 1000, jitter_s) if jitter_s else t_ms,
-             decision]
-            for t_ms, decision in plan
-        ]
+        if excluded:
+            plan = sorted(plan + [(i, skip_reason(name)) for i, name in excluded.items()])
+        sched = rec.schedule
+        single = sched.is_single
+        items = []
+        for t_ms, decision in plan:
+            jitter_s = sched.jitter_s_at(t_ms)
+            item = [rec.id, rec.version, t_ms,
+                    t_ms + jitter_offset_ms(rec.id, t_ms // 1000, jitter_s) if jitter_s
+                    else t_ms, decision]
+            if not single:
+                item.append(sched.matched_names(t_ms))  # which schedules named the instant
+            items.append(item)
+        return items
+
+    def _excluded(self, rec: JobRecord, instants: list[int]) -> dict[int, str]:
+        """The instants one of the job's calendars excludes, with that calendar's name."""
+        cals = [self.calendars[name] for name in rec.calendars]
+        out: dict[int, str] = {}
+        for t in instants:
+            name = excluding_calendar(cals, t)
+            if name is not None:
+                out[t] = name
+        return out

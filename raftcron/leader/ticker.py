@@ -18,13 +18,15 @@ from collections.abc import Callable
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Claim
 from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
+from raftcron.state.calendars import load_compiled_calendars
 
 log = logging.getLogger("raftcron.ticker")
 
 # Only what planning reads of the spec, extracted by SQLite as one small JSON array.
 JOB_ROW_SQL = (
     "SELECT id, version, paused, watermark_ms, json_extract(spec, '$.schedule', "
-    "'$.misfire_policy', '$.misfire_grace_s', '$.catch_up_max') FROM jobs"
+    "'$.misfire_policy', '$.misfire_grace_s', '$.catch_up_max', '$.schedules', "
+    "'$.calendars') FROM jobs"
 )
 MAX_SLEEP_S = 1.0
 CLAIMS_IN_FLIGHT = 4
@@ -54,6 +56,7 @@ class Ticker:
         self.clock = clock
         self.planner = TickPlanner()
         self.changed_jobs: set[str] = set()
+        self.calendars_changed = True
         self.wakeup = asyncio.Event()
         self.last_tick_ms: int | None = None
         self.claims = 0
@@ -65,6 +68,18 @@ class Ticker:
         """Called on the event loop when applied commands touched these jobs."""
         self.changed_jobs |= job_ids
         self.wakeup.set()
+
+    def notify_calendars_changed(self) -> None:
+        """Called on the event loop when an applied command changed a calendar."""
+        self.calendars_changed = True
+        self.wakeup.set()
+
+    def _load_calendars(self) -> None:
+        conn = self.open_reader()
+        try:
+            self.planner.calendars = load_compiled_calendars(conn)
+        finally:
+            conn.close()
 
     def _load(self, job_ids: set[str] | None, abandoned: threading.Event) -> list[JobRecord]:
         """Read and compile job records (on a worker thread). Stops early once `abandoned`
@@ -112,15 +127,21 @@ class Ticker:
         await self._reload(None)
         log.info("ticker started for epoch %d with %d jobs", self.epoch, len(self.planner.jobs))
         while True:
+            if self.calendars_changed:
+                self.calendars_changed = False
+                await asyncio.to_thread(self._load_calendars)
             if self.changed_jobs:
                 changed, self.changed_jobs = self.changed_jobs, set()
                 await self._reload(changed)
             await self.tick_once()
+            if self.planner.held:
+                self.calendars_changed = True  # read them again before the next round
             wake = self.planner.next_wakeup_ms()
             delay = MAX_SLEEP_S if wake is None else (wake - self.clock()) / 1000
-            if self.clock_blocked:
-                # Nothing was claimed (untrusted clock): wait instead of spinning on the
-                # overdue instants, which would starve the event loop.
+            if self.clock_blocked or self.planner.held:
+                # Nothing was claimed (untrusted clock, or a job held for a calendar not
+                # loaded yet): wait instead of spinning on the overdue instants, which
+                # would starve the event loop.
                 delay = GATED_RETRY_S
             self.wakeup.clear()
             if delay > 0 and not self.changed_jobs:

@@ -114,14 +114,20 @@ def _is_int(value: Any) -> bool:
     return type(value) is int and -_INT_MAX <= value <= _INT_MAX
 
 
+MAX_MATCHED = 16
+
+
 def well_formed(item: Any) -> bool:
     """[job id, version, instant ms, dispatch ms, decision], as SQLite can store them and
-    an occurrence id can name the instant (core.timefmt writes it)."""
+    an occurrence id can name the instant (core.timefmt writes it); an item of a job with
+    several schedules has a sixth field, the names of those that named the instant."""
     return (
-        type(item) is list and len(item) == 5 and type(item[0]) is str
+        type(item) is list and len(item) in (5, 6) and type(item[0]) is str
         and _is_int(item[1]) and type(item[2]) is int
         and ISO_MIN_MS <= item[2] <= ISO_MAX_MS and _is_int(item[3])
         and type(item[4]) is str
+        and (len(item) == 5 or (type(item[5]) is list and 1 <= len(item[5]) <= MAX_MATCHED
+                                and all(type(n) is str for n in item[5])))
     )
 
 
@@ -134,12 +140,13 @@ def candidates(items: list[list[Any]]) -> list[tuple[Any, ...]]:
     for pos, item in enumerate(items):
         if not well_formed(item):
             continue
-        job_id, version, at, dispatch_at, decision = item
+        job_id, version, at, dispatch_at, decision = item[:5]
         if job_id in seen:
             named_twice.add(job_id)
             continue
         seen.add(job_id)
-        if decision in _DECISIONS:
+        # Matched schedules (a sixth field) are recorded item by item.
+        if decision in _DECISIONS and len(item) == 5:
             occ_id = scheduled_id(job_id, at)
             rows.append((pos, job_id, version, at, dispatch_at, decision, occ_id,
                          attempt_id(occ_id, 1)))

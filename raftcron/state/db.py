@@ -34,6 +34,7 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("alerts", "acked_ms", "INTEGER"),
     ("alerts", "acked_by", "TEXT"),
     ("alerts", "ack_note", "TEXT"),
+    ("occurrences", "schedules", "TEXT"),
     ("alerts", "cause", "TEXT"),
 )
 

@@ -10,6 +10,7 @@ from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
 from raftcron.state import run_alerts
+from raftcron.state.calendars import check_job_calendars
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import check_job_policy, check_job_quota
 
@@ -33,6 +34,7 @@ def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> d
         return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
     spec = job.with_version(1).to_spec()
     over = (check_job_policy(ctx.conn, job.tenant, spec)
+            or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
             or check_job_quota(ctx.conn, job.tenant))
     if over is not None:
         return over
@@ -79,7 +81,8 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
         return rejected(errors.INVALID_STATE, "a job cannot move to another tenant", "tenant")
     version = row[2] + 1
     spec = job.with_version(version).to_spec()
-    denied = check_job_policy(ctx.conn, job.tenant, spec)
+    denied = (check_job_policy(ctx.conn, job.tenant, spec)
+              or check_job_calendars(ctx.conn, job.tenant, list(job.calendars)))
     if denied is not None:
         return denied
     # The watermark is kept: an edit takes effect from the next instant not yet claimed.
@@ -103,6 +106,7 @@ def delete_job(ctx: ApplyContext, cmd: DeleteJob) -> dict[str, Any]:
         )
     c = ctx.conn
     c.execute("DELETE FROM jobs WHERE id = ?", (cmd.job_id,))
+    c.execute("DELETE FROM job_pause_notes WHERE job_id = ?", (cmd.job_id,))
     run_alerts.forget_job(ctx, cmd.job_id)
     c.execute(
         "UPDATE attempts SET status = 'cancelled', finished_ms = ?, error = 'job deleted' "

@@ -26,6 +26,7 @@ from raftcron.state import (
     alerts,
     attempts,
     availability,
+    calendars,
     cancellation,
     groups,
     jobs,
@@ -91,6 +92,9 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.TriggerManual: occurrences.trigger_manual,
     c.Backfill: occurrences.backfill,
     c.Barrier: _barrier,
+    c.PutCalendar: calendars.put_calendar,
+    c.DeleteCalendar: calendars.delete_calendar,
+    c.BulkPause: calendars.bulk_pause,
     c.Prune: alerts.prune,
     c.PutTenant: tenants.put_tenant,
     c.RetryOutbox: outbox.retry_outbox,
@@ -126,7 +130,8 @@ REQUEST_HASH_KEY = "_request_hash"
 
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
            c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
-           c.CancelOccurrence, c.PutConcurrencyGroup)
+           c.CancelOccurrence, c.PutConcurrencyGroup, c.PutCalendar, c.DeleteCalendar,
+           c.BulkPause)
 
 
 class StateMachine:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.core import errors, identity, policy
+from raftcron.core.calendar import SKIP_PREFIX
 from raftcron.core.commands import Backfill, Claim, TriggerManual
 from raftcron.state.bulk_claim import (
     STATEMENTS,
@@ -22,7 +24,7 @@ from raftcron.state.tenants import FireCounter
 OCC_INSERT = (
     "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
     "dispatch_at_ms, job_version, status, reason, idempotency_key, request_key, attempts, "
-    "epoch, created_ms, finished_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    "epoch, created_ms, finished_ms, schedules) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 ATT_INSERT = (
     "INSERT INTO attempts (id, occurrence_id, job_id, tenant, queue, number, status, "
@@ -119,12 +121,14 @@ def occurrence_row(
     occ_id: str, view: JobView, kind: str, scheduled_for: int, dispatch_at: int,
     status: str, reason: str | None, epoch: int, now_ms: int,
     idempotency_key: str | None = None, request_key: str | None = None,
+    schedules: list[str] | None = None,
 ) -> tuple:
     finished = now_ms if status == "skipped" else None
     return (
         occ_id, view.id, view.tenant, view.queue, kind, scheduled_for, dispatch_at,
         view.version, status, reason, idempotency_key, request_key,
         1 if status == "pending" else 0, epoch, now_ms, finished,
+        None if schedules is None else json.dumps(schedules, separators=(",", ":")),
     )
 
 
@@ -137,7 +141,21 @@ def attempt_row(occ_id: str, view: JobView, not_before: int, now_ms: int) -> tup
 
 def _as_replaced(row: tuple, now_ms: int) -> tuple:
     """An occurrence row of this batch superseded by a newer instant (`replace`)."""
-    return (*row[:8], "cancelled", "replaced", *row[10:12], 0, row[13], row[14], now_ms)
+    return (*row[:8], "cancelled", "replaced", *row[10:12], 0, row[13], row[14], now_ms,
+            *row[16:])
+
+
+def _valid_decision(decision: str, view: JobView, matched: list[str] | None) -> bool:
+    """A decision apply records: fire, misfire, paused, or `calendar:<name>` for a
+    calendar the job lists; matched schedule names, when sent, must be the job's own."""
+    if matched is not None:
+        names = {s.get("name") for s in view.spec.get("schedules") or ()}
+        if not set(matched) <= names:
+            return False
+    if decision in (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED):
+        return True
+    return (decision.startswith(SKIP_PREFIX)
+            and decision[len(SKIP_PREFIX):] in (view.spec.get("calendars") or ()))
 
 
 def _malformed(item: Any) -> list[Any]:
@@ -184,7 +202,9 @@ def claim_items(ctx: ApplyContext, cmd: Claim, items: list[list[Any]]) -> dict[s
     fires = FireCounter(conn)
     occ_rows: list[tuple] = []
     fired = skipped = 0
-    for job_id, job_version, scheduled_for, dispatch_at, decision in items:
+    for item in items:
+        job_id, job_version, scheduled_for, dispatch_at, decision = item[:5]
+        matched = item[5] if len(item) > 5 else None
         view = views.get(job_id)
         if view is None:
             rejected_items.append([job_id, scheduled_for, errors.NOT_FOUND])
@@ -196,7 +216,7 @@ def claim_items(ctx: ApplyContext, cmd: Claim, items: list[list[Any]]) -> dict[s
             # Everything at or before the watermark is already accounted for.
             rejected_items.append([job_id, scheduled_for, "already_claimed"])
             continue
-        if decision not in (policy.FIRE, policy.SKIP_MISFIRE, policy.SKIP_PAUSED):
+        if not _valid_decision(decision, view, matched):
             rejected_items.append([job_id, scheduled_for, "invalid_decision"])
             continue
         view.new_watermark = scheduled_for
@@ -224,7 +244,7 @@ def claim_items(ctx: ApplyContext, cmd: Claim, items: list[list[Any]]) -> dict[s
         status = "skipped" if reason else "pending"
         occ_rows.append(occurrence_row(
             occ_id, view, "scheduled", scheduled_for, dispatch_at, status, reason,
-            cmd.epoch, cmd.now_ms,
+            cmd.epoch, cmd.now_ms, schedules=matched,
         ))
         if reason is None:
             view.batch_queued.append(len(occ_rows) - 1)

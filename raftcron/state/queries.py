@@ -16,7 +16,8 @@ JOB_SELECT = (
 )
 OCC_SELECT = (
     "SELECT id, job_id, tenant, queue, kind, scheduled_for_ms, dispatch_at_ms, job_version, "
-    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms FROM occurrences"
+    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms, schedules "
+    "FROM occurrences"
 )
 
 LAST_ID_INSTANT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
@@ -105,6 +106,8 @@ def occurrence_to_api(row: tuple) -> dict[str, Any]:
         "job_version": row[7], "status": row[8], "reason": row[9],
         "idempotency_key": row[10], "attempts": row[11], "epoch": row[12],
         "created_at": ms_to_iso(row[13]), "finished_at": ms_to_iso(row[14]),
+        # The schedules that named the instant (a job with several; null otherwise).
+        "schedules": json.loads(row[15]) if len(row) > 15 and row[15] else None,
     }
 
 

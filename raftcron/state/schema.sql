@@ -48,7 +48,10 @@ CREATE TABLE IF NOT EXISTS occurrences (
     attempts         INTEGER NOT NULL DEFAULT 0,
     epoch            INTEGER NOT NULL,
     created_ms       INTEGER NOT NULL,
-    finished_ms      INTEGER
+    finished_ms      INTEGER,
+    -- The names of the schedules that named this instant, a JSON list, for a job with
+    -- several (NULL for a job with one). Added later: see db.COLUMN_MIGRATIONS
+    schedules        TEXT
 );
 -- Index shapes follow the write path: a claim inserts one row per job of a herd, all at
 -- about the same instant. An index led by job id takes those rows at a thousand places
@@ -241,6 +244,27 @@ CREATE TABLE IF NOT EXISTS webhook_keys (
     owner      TEXT PRIMARY KEY,
     key        TEXT NOT NULL,
     updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Calendars (core.calendar): named sets of excluded instants a job may list. `spec` is
+-- the canonical JSON of the calendar; a job names only calendars of its own tenant, and
+-- a calendar a job names cannot be deleted (state.calendars).
+CREATE TABLE IF NOT EXISTS calendars (
+    name       TEXT PRIMARY KEY,
+    tenant     TEXT NOT NULL,
+    spec       TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The last bulk pause or resume that reached each job (POST /v1/jobs:pause, :resume):
+-- who, when, why. Kept when the job is resumed one by one, as history of the last bulk
+-- action; deleted with the job.
+CREATE TABLE IF NOT EXISTS job_pause_notes (
+    job_id  TEXT PRIMARY KEY,
+    action  TEXT NOT NULL CHECK (action IN ('paused', 'resumed')),
+    who     TEXT NOT NULL,
+    note    TEXT NOT NULL,
+    at_ms   INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 -- Stretches of time a leader with a confirmed clock vouched for (state.availability):

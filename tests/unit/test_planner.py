@@ -63,3 +63,82 @@ def test_edits_replace_the_old_schedule_in_the_heap() -> None:
     assert sum(p.per_instant.values()) == 1
     p.remove("e")
     assert p.due(T0 + 30_000) == [] and not p.per_instant
+
+
+# --- several schedules and calendars ---------------------------------------------------------
+
+def _calendar(name: str, exclude: list[dict]) -> object:
+    from raftcron.core.calendar import parse_calendar
+    return parse_calendar({"timezone": "UTC", "exclude": exclude}, name).compiled()
+
+
+def test_a_multi_schedule_job_claims_the_union_once_with_matched_names() -> None:
+    p = TickPlanner()
+    spec = parse_job({"id": "m", "target": {"shell": "true"}, "schedules": [
+        {"cron": "*/2 * * * * *", "name": "even"},
+        {"cron": "*/3 * * * * *", "name": "three"}]}).to_spec()
+    p.upsert(JobRecord("m", 1, False, T0 - 1, spec))
+    items = p.due(T0 + 6000 - 1000)  # claims through T0 + 6 s
+    assert [(i[2] - T0) // 1000 for i in items] == [0, 2, 3, 4, 6]
+    by_second = {(i[2] - T0) // 1000: i[5] for i in items}
+    assert by_second[0] == ["even", "three"] and by_second[6] == ["even", "three"]
+    assert by_second[3] == ["three"] and by_second[4] == ["even"]
+
+
+def test_single_schedule_items_keep_their_five_fields() -> None:
+    p = TickPlanner()
+    p.upsert(rec("a", "* * * * * *", T0))
+    assert all(len(i) == 5 for i in p.due(T0 + 3000))
+
+
+def test_excluded_instants_are_skipped_with_their_calendar() -> None:
+    p = TickPlanner()
+    p.calendars = {"quiet": _calendar("quiet", [
+        {"start": "2026-01-01T00:00:02Z", "end": "2026-01-01T00:00:04Z"}])}
+    p.upsert(rec("c", "* * * * * *", T0, calendars=["quiet"]))
+    items = p.due(T0 + 4000)
+    assert [(i[2] - T0) // 1000 for i in items] == [1, 2, 3, 4, 5]
+    assert [i[4] for i in items] == ["fire", "calendar:quiet", "calendar:quiet", "fire",
+                                     "fire"]
+
+
+def test_run_once_fires_the_latest_missed_instant_the_calendars_allow() -> None:
+    p = TickPlanner()
+    # Missed: 00:01..00:10; the last two are excluded, so 00:08 is the one to fire.
+    p.calendars = {"late": _calendar("late", [
+        {"start": "2026-01-01T00:09:00Z", "end": "2026-01-01T00:11:00Z"}])}
+    p.upsert(rec("r", "* * * * *", T0, misfire_policy="run_once", calendars=["late"]))
+    items = p.due(T0 + 10 * 60_000 + 120_000)
+    decisions = {(i[2] - T0) // 60_000: i[4] for i in items}
+    assert decisions[9] == decisions[10] == "calendar:late"
+    assert decisions[8] == "fire"
+    assert [m for m, d in decisions.items() if d == "fire"] == [8, 11, 12]
+    assert all(decisions[m] == "misfire" for m in range(1, 8))
+
+
+def test_a_job_naming_a_calendar_not_loaded_is_held_not_claimed() -> None:
+    p = TickPlanner()
+    p.upsert(rec("h", "* * * * * *", T0, calendars=["unknown"]))
+    assert p.due(T0 + 3000) == [] and p.held == 1
+    p.calendars = {"unknown": _calendar("unknown", [])}
+    items = p.due(T0 + 3000)
+    assert [(i[2] - T0) // 1000 for i in items] == [1, 2, 3, 4] and p.held == 0
+
+
+def test_a_paused_job_records_paused_even_inside_an_exclusion() -> None:
+    p = TickPlanner()
+    p.calendars = {"all": _calendar("all", [{"cron": "* * * * *"}])}
+    p.upsert(rec("p", "* * * * * *", T0, paused=True, calendars=["all"]))
+    assert {i[4] for i in p.due(T0 + 2000)} == {"paused"}
+
+
+def test_a_start_at_in_the_last_second_of_9999_plans_no_instant() -> None:
+    """start_at 9999-12-31T23:59:59.999Z is accepted; the planner asked the schedule for
+    an instant after the last second of 9999 and the leader's ticker raised ValueError
+    (year 10000) loading the job."""
+    r = rec("late", "* * * * * *", T0, schedule={"cron": "* * * * * *",
+                                                 "start_at": "9999-12-31T23:59:59.999Z"})
+    assert r.next_ms is None
+    p = TickPlanner()
+    p.upsert(r)
+    assert p.due(T0 + 5000) == []

@@ -1,0 +1,143 @@
+"""The union of a job's schedules: the one place that answers "when does this job fire?".
+
+A job has one schedule or several (`schedules`). An occurrence is still (job, instant):
+two schedules naming the same instant make one fire instant, and `matching` tells which
+schedules named it. Every reader of fire times (the planner, next fire times, the job
+page, the herd chart, deadlines, backfill) goes through `ScheduleSet`, so they all read
+the union. Each member keeps its own zone, DST policy, jitter and start/end bounds.
+
+Pure: no clock, no I/O. It only calls the public functions of core.schedule.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raftcron.core.schedule import CronSchedule, compile_schedule
+
+# 9999-12-31T23:59:59Z: no fire instant lies after it (the schedule engine computes in
+# years up to 9999; asked for an instant after this second it would fail).
+LAST_SECOND = 253_402_300_799
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One compiled schedule of a job, with its bounds (epoch ms) and its name."""
+
+    name: str | None
+    schedule: CronSchedule
+    start_at_ms: int | None
+    end_at_ms: int | None
+    jitter_s: int
+
+    def next_after(self, after_ms: int) -> int | None:
+        """The first fire instant (ms) after `after_ms` within the bounds, or None."""
+        start = self.start_at_ms
+        if start is not None and after_ms < start - 1:
+            after_ms = start - 1
+        # Instants are whole seconds: next_after(floor(after)) is > after as well.
+        after_s = after_ms // 1000
+        if after_s >= LAST_SECOND:
+            return None  # e.g. start_at 9999-12-31T23:59:59.999Z: nothing can follow
+        nxt = self.schedule.next_after(after_s)
+        if nxt is None:
+            return None
+        nxt_ms = nxt * 1000
+        if self.end_at_ms is not None and nxt_ms > self.end_at_ms:
+            return None
+        return nxt_ms
+
+
+class ScheduleSet:
+    """The fire instants of a job: the union of its members' instants."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, members: Sequence[Member]) -> None:
+        if not members:
+            raise ValueError("a schedule set needs at least one schedule")
+        self.members = tuple(members)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], hash_key: str) -> ScheduleSet:
+        """From a job spec (its `schedules` when present, else its single `schedule`).
+        Specs stored before `schedules` existed have only `schedule`."""
+        raw = spec.get("schedules") or [spec["schedule"]]
+        return cls([_member(s, hash_key) for s in raw])
+
+    @property
+    def timezone(self) -> str:
+        """The zone a single-zone view shows times in: the first schedule's."""
+        return self.members[0].schedule.timezone
+
+    @property
+    def is_single(self) -> bool:
+        return len(self.members) == 1
+
+    def next_after(self, after_ms: int) -> int | None:
+        """The first instant of the union after `after_ms` (ms), or None."""
+        if len(self.members) == 1:
+            return self.members[0].next_after(after_ms)
+        best: int | None = None
+        for m in self.members:
+            t = m.next_after(after_ms)
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def matching(self, at_ms: int) -> list[Member]:
+        """The members that fire at `at_ms` (an instant of the union), in order."""
+        return [m for m in self.members if m.next_after(at_ms - 1) == at_ms]
+
+    def matched_names(self, at_ms: int) -> list[str]:
+        return [m.name or str(i) for i, m in enumerate(self.members)
+                if m.next_after(at_ms - 1) == at_ms]
+
+    def jitter_s_at(self, at_ms: int) -> int:
+        """The jitter of the first schedule that fires at `at_ms` (0 when none does)."""
+        if len(self.members) == 1:
+            return self.members[0].jitter_s
+        for m in self.members:
+            if m.next_after(at_ms - 1) == at_ms:
+                return m.jitter_s
+        return 0
+
+    def iter_after(self, after_ms: int, until_ms: int | None = None) -> Iterator[int]:
+        """Instants of the union in (after_ms, until_ms], ascending, each once."""
+        t = self.next_after(after_ms)
+        while t is not None and (until_ms is None or t <= until_ms):
+            yield t
+            t = self.next_after(t)
+
+    def iter_between(self, after_s: int, until_s: int) -> Iterator[int]:
+        """The cron instants (seconds) of the union in (after_s, until_s], ascending, each
+        once, without the schedules' start/end bounds: what a backfill lists (the caller
+        names the range), as `CronSchedule.iter_between` does for one schedule."""
+        if len(self.members) == 1:
+            yield from self.members[0].schedule.iter_between(after_s, until_s)
+            return
+        last = None
+        for t in heapq.merge(*(m.schedule.iter_between(after_s, until_s)
+                               for m in self.members)):
+            if t != last:
+                yield t
+                last = t
+
+    def describe(self) -> str:
+        """In words; several schedules are joined with "; and"."""
+        return "; and ".join(m.schedule.describe() for m in self.members)
+
+
+def _member(s: dict[str, Any], hash_key: str) -> Member:
+    return Member(
+        name=s.get("name"),
+        schedule=compile_schedule(s["cron"], s.get("timezone", "UTC"),
+                                  s.get("dst_gap", "auto"), s.get("dst_fold", "auto"),
+                                  hash_key=hash_key),
+        start_at_ms=s.get("start_at_ms"),
+        end_at_ms=s.get("end_at_ms"),
+        jitter_s=s.get("jitter_s", 0) or 0,
+    )

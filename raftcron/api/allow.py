@@ -2,7 +2,11 @@
 
 Starlette's router raises its 405 from the first route whose path matched, so its own
 `Allow` names that route's methods only (`/v1/jobs` would say POST, hiding GET). The
-whole routes table is asked instead."""
+whole routes table is asked instead.
+
+A `{name:path}` parameter that swallows a `/` belongs to a route of another resource
+(`GET /v1/occurrences/{id:path}` matches `/v1/occurrences/x/cancel`, the cancel action's
+path): such a route counts only when no route matches the path without it."""
 
 from __future__ import annotations
 
@@ -17,16 +21,20 @@ _ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 def allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> list[str]:
     """The methods of every route whose path matches `scope`'s, in a stable order."""
-    methods: set[str] = set()
+    exact: set[str] = set()
+    swallowing: set[str] = set()
     probe = {**scope, "type": "http"}
     for route in routes:
-        match, _ = route.matches(probe)
+        match, child = route.matches(probe)
         if match == Match.NONE:
             continue
         if isinstance(route, Route) and route.methods:
-            methods |= route.methods
+            params = child.get("path_params") or {}
+            spans = any(isinstance(v, str) and "/" in v for v in params.values())
+            (swallowing if spans else exact).update(route.methods)
         elif isinstance(route, Mount):  # the status page's static files
-            methods |= {"GET", "HEAD"}
+            exact |= {"GET", "HEAD"}
+    methods = exact or swallowing
     return sorted(methods, key=lambda m: (_ORDER.index(m) if m in _ORDER else len(_ORDER), m))
 
 

@@ -48,6 +48,8 @@ AUTH_ERRORS = (401, 403)
 # Every answer that waits on Raft can be "no leader" or "outcome unknown": 503 with
 # Retry-After; every write can meet a rate limit, a conflict or a reused idempotency key.
 RAFT_WRITE = (409, 422, 429, 503)
+# A job write also answers 404 when a calendar the job lists does not exist in its tenant.
+JOB_WRITE = (404, *RAFT_WRITE)
 DESCRIPTIONS = {
     400: "invalid input: `error.field` names the field, `error.message` the reason",
     401: "no token, or a token this cluster does not know",
@@ -492,7 +494,7 @@ def _spec() -> dict[str, Any]:
                                             "minimum": status.HERD_BUCKET_S[0],
                                             "maximum": status.HERD_BUCKET_S[1]})])},
             "/v1/jobs": {
-                "post": _op("Create a job", body=JOB_INPUT, ok=201, errors=RAFT_WRITE),
+                "post": _op("Create a job", body=JOB_INPUT, ok=201, errors=JOB_WRITE),
                 "get": _op("List jobs", params=[
                     _query("tenant"), _query("paused", {"enum": ["true", "false"]}),
                     _query("cursor", {"type": "string",
@@ -510,7 +512,7 @@ def _spec() -> dict[str, Any]:
                 "get": _op("A job with its next fire times", params=[*JOB, CONSISTENT],
                            errors=(404,)),
                 "put": _op("Replace a job." + IF_MATCH, body=JOB_REPLACE,
-                           params=JOB, errors=(412, *RAFT_WRITE)),
+                           params=JOB, errors=(412, *JOB_WRITE)),
                 "delete": _op("Delete a job." + IF_MATCH, params=JOB,
                               errors=(412, *RAFT_WRITE)),
             },

@@ -6,7 +6,11 @@
   descriptions, are kept by putting generated ranges in order before they are sent:
   `end_at` after `start_at`; a backfill `end` not before `start` and at most ten years
   after it; the duration bounds in order (`min_duration_s` at most `max_duration_s`, a
-  bound not below `max_runtime_s` dropped). Every other value goes out as generated.
+  bound not below `max_runtime_s` dropped); a calendar window's `end` after its `start`
+  (swapped, or the window dropped when both are one instant); the names of a job's
+  `schedules` distinct (an unnamed one is named by its position, so an explicit name of
+  digits or a repeated one is replaced by a fresh one). Every other value goes out as
+  generated.
 - The one exclusion: `POST /v1/leases` is a long poll. A `wait_s` within the range the
   schema declares (`x-long-poll`) keeps the request open that long when no run is due, so
   generated values in range are shortened to `LONG_POLL_CAP_S`; values outside the range
@@ -66,10 +70,15 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
             if abs(end - start) > MAX_BACKFILL_SPAN_MS:
                 body["end"] = body["start"]
         return
+    exclude = body.get("exclude")
+    if operation_path.startswith("/v1/calendars/") and isinstance(exclude, list):
+        _keep_windows_ordered(exclude)
+        return
     jobs = body.get("jobs")
     for item in jobs if isinstance(jobs, list) else [body]:
         if isinstance(item, dict):
             _keep_bounds_ordered(item)
+            _keep_schedule_names_distinct(item.get("schedules"))
         schedule = item.get("schedule") if isinstance(item, dict) else None
         if not isinstance(schedule, dict):
             continue
@@ -79,6 +88,39 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
                 schedule["start_at"], schedule["end_at"] = schedule["end_at"], schedule["start_at"]
             else:
                 schedule["end_at"] = None
+
+
+def _keep_windows_ordered(exclude: list[Any]) -> None:
+    """Swap a calendar window whose `end` is before its `start`; drop one whose ends are
+    the same instant (the window [t, t) holds nothing, and the server refuses it)."""
+    for item in list(exclude):
+        if not isinstance(item, dict) or set(item) != {"start", "end"}:
+            continue
+        start, end = _instant_ms(item["start"]), _instant_ms(item["end"])
+        if start is None or end is None:
+            continue
+        if end < start:
+            item["start"], item["end"] = item["end"], item["start"]
+        elif end == start:
+            exclude.remove(item)
+
+
+def _keep_schedule_names_distinct(schedules: Any) -> None:
+    """Rename an explicit schedule name that is all digits (a position's default name) or
+    repeats an earlier one to `s<position>`, which neither can be."""
+    if not isinstance(schedules, list):
+        return
+    seen: set[str] = set()
+    for i, item in enumerate(schedules):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name.isdigit() or name in seen:
+            name = f"s{i}"
+            while name in seen:
+                name += "x"
+            item["name"] = name
+        seen.add(name)
 
 
 def _whole(value: Any) -> bool:

@@ -91,8 +91,12 @@ class Dispatcher:
         proposer: Proposer,
         open_reader: Callable[[], sqlite3.Connection],
         clock: Callable[[], int] = now_ms,
+        ahead_ms: int = 0,
     ) -> None:
         self.epoch = epoch
+        self.ahead_ms = ahead_ms
+        """Dispatch ahead: how long before its instant a run may go to a worker that asks
+        for runs ahead (0: never)."""
         self.proposer = proposer
         self.open_reader = open_reader
         self.clock = clock
@@ -203,6 +207,32 @@ class Dispatcher:
             return [], now, next_due - LEASE_LEAD_MS
         return (*self._choose(rows, limit, now), None)
 
+    def _select_ahead(self, queues: list[str], limit: int, now: int
+                      ) -> tuple[list[str], int | None]:
+        """Choose attempts due by `now + ahead_ms` for a worker that starts each at its
+        instant (core.ahead): due ones first, fairly. A not-yet-due run of a paused job is
+        left out (the Lease would refuse it). Returns (ids, when to look again if none)."""
+        if self._conn is None:
+            self._conn = self.open_reader()
+        marks = ",".join("?" * len(queues))
+        not_held, held = self._not_held()
+        horizon = now + self.ahead_ms
+        rows = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms <= ? AND (not_before_ms <= ? OR job_id "
+            f"NOT IN (SELECT id FROM jobs WHERE paused)){not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, horizon, now, *held, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        rows = [r for r in rows if r[0] not in self.reserved]
+        if rows:
+            return fair_order([(r[0], r[1], r[2]) for r in rows], limit), None
+        row = self._conn.execute(
+            "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms > ?", (*queues, horizon),
+        ).fetchone()
+        return [], None if row[0] is None else row[0] - self.ahead_ms
+
     @staticmethod
     def _choose(group: list[tuple], limit: int, now: int) -> tuple[list[str], int]:
         """Fair pick from one group of (id, tenant, job, not_before) rows, and its stamp:
@@ -213,10 +243,13 @@ class Dispatcher:
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int, wait_s: float,
                     prepare: Callable[[list[dict[str, Any]]], T] = _as_is,
-                    acknowledge: bool = False) -> T:
+                    acknowledge: bool = False, ahead: bool = False) -> T:
         """Long-poll for up to `wait_s` seconds; returns `prepare(leases)`.
 
         `acknowledge`: the worker acknowledges each lease (see core.commands.Lease).
+        `ahead`: the worker starts each run at its lease's `start_at_ms` (its clock agrees
+        with the cluster's): runs due within `ahead_ms` are leased and handed out at once.
+        Otherwise a run is handed out at its instant, as before.
 
         `prepare` runs as soon as the Lease is committed, before the wait for the leases'
         instant: a caller that encodes the response there hands out a herd of 10,000
@@ -230,16 +263,21 @@ class Dispatcher:
                 raise LostEpoch("leadership ended")
             changed = self._changed
             now = self.clock()
+            lead_ms = self.ahead_ms if ahead else 0
             if not self.gate():
-                # An untrusted clock would hand runs out early: lease nothing for now.
+                # An untrusted clock would hand runs out early: lease nothing for now,
+                # ahead or not.
                 ids, stamp, next_due = [], now, None
+            elif lead_ms:
+                stamp = now
+                ids, next_due = self._select_ahead(queues, max_n, now)
             else:
                 ids, stamp, next_due = self._select(queues, max_n, now)
             if ids:
                 self.reserved.update(ids)
                 try:
                     result = await self.proposer.propose_leader(
-                        c.Lease(self.epoch, stamp, worker_id, ids, acknowledge)
+                        c.Lease(self.epoch, stamp, worker_id, ids, acknowledge, lead_ms)
                     )
                 finally:
                     self.reserved.difference_update(ids)
@@ -248,9 +286,10 @@ class Dispatcher:
                 newly_held = self._hold(result)
                 if result["leases"]:
                     prepared = prepare(result["leases"])
-                    # Committed ahead of time: nothing is handed out before its instant.
+                    # Committed ahead of time: nothing is handed out before its instant
+                    # (unless the worker starts each run at its instant itself).
                     early_ms = stamp - self.clock()
-                    if early_ms > 0:
+                    if early_ms > 0 and not lead_ms:
                         await asyncio.sleep(early_ms / 1000)
                     return prepared
                 if newly_held:

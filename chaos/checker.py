@@ -41,7 +41,7 @@ COVERAGE_KINDS = (
     "process_suspension", "lease_expiry", "clock_skew", "partitions", "renewal_delay",
     "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
-    "manual_retries", "leader_kills", "quota_skips", "retention_prunes",
+    "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
 )
 # Every check, by the name its violations carry: the report lists each with its count.
 CHECKS = (
@@ -489,6 +489,7 @@ def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
         + kinds["worker-pause"],
         "lease_expiry": sum(1 for a in atts if a["status"] == "lost"),
         "clock_skew": kinds["clock-bump"] + kinds["clock-bump-leader"] + kinds["clock-strobe"],
+        "worker_clock_skew": kinds["clock-bump-worker"],
         "partitions": kinds["partition-leader"] + kinds["partition-follower"]
         + kinds["partition-bridge"],
         "renewal_delay": kinds["renewal-delay"],

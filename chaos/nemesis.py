@@ -23,7 +23,7 @@ CI_KINDS = (
     "kill-leader", "kill-follower", "kill-two", "pause-leader", "pause-two",
     "renewal-delay", "partition-leader", "partition-follower", "partition-bridge",
     "clock-bump-leader", "clock-bump", "clock-strobe", "rolling-deploy", "worker-crash",
-    "worker-pause", "ack-loss",
+    "worker-pause", "ack-loss", "clock-bump-worker",
 )
 LEADER_LOSS_KINDS = ("kill-leader", "pause-leader", "partition-leader", "renewal-delay",
                      "rolling-deploy", "kill-two", "pause-two")
@@ -33,7 +33,7 @@ DURATIONS: dict[str, tuple[float, float]] = {
     "partition-leader": (6, 10), "partition-follower": (5, 8), "partition-bridge": (8, 12),
     "clock-bump-leader": (6, 10), "clock-bump": (6, 10), "clock-strobe": (6, 10),
     "rolling-deploy": (0, 0), "worker-crash": (3, 6), "worker-pause": (6, 9),
-    "ack-loss": (10, 15),
+    "ack-loss": (10, 15), "clock-bump-worker": (6, 10),
 }
 
 
@@ -42,7 +42,7 @@ DURATIONS: dict[str, tuple[float, float]] = {
 # (workers, the ack-loss proxy, clocks, a bridge cut), so a pair never fails to start only
 # because its first half took the second's target away.
 PAIR_SECOND_KINDS = ("worker-crash", "worker-pause", "ack-loss", "clock-bump",
-                     "clock-strobe", "partition-bridge")
+                     "clock-strobe", "partition-bridge", "clock-bump-worker")
 PAIR_FIRST_KINDS = tuple(k for k in CI_KINDS if k not in PAIR_SECOND_KINDS)
 CLOCK_KINDS = ("clock-bump-leader", "clock-bump", "clock-strobe")
 
@@ -305,6 +305,20 @@ class Nemesis:
     def start_clock_bump(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
         sign = p.draw.choice((-1, 1))
         return self._bump(p.draw.choice(self.procs.ids), sign * 2 ** p.draw.randint(2, 18))
+
+    def start_clock_bump_worker(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
+        """Move one worker's wall clock 128 ms to 16 s either way (its monotonic clock stays):
+        within the tolerance it still leases runs ahead, beyond it it must stop; either way
+        no job process may start before its instant (the early_fire check)."""
+        wid = p.draw.choice(sorted(self.procs.workers))
+        offset_ms = p.draw.choice((-1, 1)) * 2 ** p.draw.randint(7, 14)
+        self._set_clock(f"worker-{wid}", offset_ms / 1000)
+
+        def stop() -> dict[str, Any]:
+            self._set_clock(f"worker-{wid}", 0)
+            return {"targets": [wid], "offset_ms": 0}
+
+        return {"targets": [wid], "offset_ms": offset_ms}, stop
 
     def start_clock_strobe(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
         target = p.draw.choice(self.procs.ids)

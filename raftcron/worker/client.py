@@ -66,6 +66,8 @@ class Lease:
     http_rule: Mapping[str, Any] | None = None
     """The tenant's host rule, checked again on the resolved addresses (worker.egress);
     None: the tenant has no policy."""
+    start_at_ms: int | None = None
+    """Leased ahead: the instant the run may start, the cluster's time."""
     start_mono_s: float | None = None
     """Leased ahead: the monotonic instant (this process's clock) before which the run must
     not start, from the lease's `start_at_ms` and the answer's `server_now_ms`
@@ -95,6 +97,7 @@ class Lease:
             tenant=str(d.get("tenant") or ""),
             ack_timeout_s=None if d.get("ack_timeout_s") is None else int(d["ack_timeout_s"]),
             http_rule=d.get("http_rule") if isinstance(d.get("http_rule"), Mapping) else None,
+            start_at_ms=None if start_at is None else int(start_at),
             start_mono_s=start_mono,
         )
 

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from raftcron.core.ahead import CLOCK_TOLERANCE_MS, OffsetSample, ahead_refusal
+from raftcron.core.ahead import CLOCK_TOLERANCE_MS, UNMEASURED, OffsetSample, ahead_refusal
 
 log = logging.getLogger("raftcron.worker")
 
@@ -67,6 +67,17 @@ class WorkerClock:
             log.warning("a lease answer's server time is %.0f ms off this worker's clock: "
                         "taking no run ahead until the clock is measured again", off)
             self.sample = None
+
+    def not_before_mono(self, start_at_ms: int) -> float | None:
+        """The monotonic instant at which this worker's own clock, corrected by the measured
+        offset (and its error), reaches `start_at_ms`; None without a sample that still
+        describes the wall clock (it stepped since, or went stale)."""
+        wall, mono = self._wall_ms(), self._mono_s()
+        if ahead_refusal(self.sample, wall, mono, self.tolerance_ms) == UNMEASURED:
+            return None  # no sample, a stale one, or the wall clock stepped since
+        assert self.sample is not None
+        local = start_at_ms - self.sample.offset_ms + self.sample.error_ms
+        return mono + (local - wall) / 1000
 
     def refusal(self) -> str | None:
         """Why this worker takes no run ahead now (None: it may); logged when it changes."""

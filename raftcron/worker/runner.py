@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -416,6 +417,7 @@ class Worker:
                 continue
             self._leased_once = True
             backoff.reset()
+            leases = [self._not_before_own_clock(lease) for lease in leases]
             if stop.is_set():
                 await self._release(leases)
                 break
@@ -425,6 +427,19 @@ class Worker:
                             len(extra), free)
                 await self._release(extra)
             self._acknowledge_in_background(leases[:free])
+
+    def _not_before_own_clock(self, lease: Lease) -> Lease:
+        """A lease taken ahead starts at the later of two readings of its instant: the
+        server's time that came with it (counted on the monotonic clock), and this worker's
+        own clock corrected by its measured offset. Either clock may have jumped just before
+        the answer (the leader's before its guard noticed, this worker's during the poll);
+        the later reading is never early by the other one's jump."""
+        if lease.start_at_ms is None or lease.start_mono_s is None:
+            return lease
+        own = self.clock.not_before_mono(lease.start_at_ms)
+        if own is None or own <= lease.start_mono_s:
+            return lease
+        return dataclasses.replace(lease, start_mono_s=own)
 
     def _acknowledge_in_background(self, leases: list[Lease]) -> None:
         """Acknowledge a batch while the next poll goes out; accepted leases join the

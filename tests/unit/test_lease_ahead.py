@@ -131,3 +131,44 @@ def test_a_lease_answers_server_time_far_off_drops_the_sample():
     assert wc.refusal() is None
     wc.check_lease_time(clocks.wall + CLOCK_TOLERANCE_MS + 1)
     assert wc.refusal() == UNMEASURED
+
+
+def test_own_clock_reading_of_the_instant_is_corrected_and_gone_after_a_step():
+    clocks = _Clocks()
+    wc = WorkerClock(wall_ms=lambda: clocks.wall, mono_s=lambda: clocks.mono)
+
+    async def server_clock() -> float:
+        return clocks.wall + 200  # the server is 200 ms ahead; zero round trip
+
+    asyncio.run(wc.probe(server_clock))
+    # T is 1.2 s from now on the server's clock: 1.2 s from now on the monotonic clock.
+    assert wc.not_before_mono(int(clocks.wall) + 200 + 1_200) == pytest.approx(
+        clocks.mono + 1.2)
+    clocks.wall += 3_000  # the wall clock jumps 3 s; the monotonic clock does not
+    assert wc.not_before_mono(int(clocks.wall) + 1_000) is None
+
+
+def test_a_run_starts_at_the_later_of_the_servers_and_its_own_reading():
+    """The leader's clock jumped 1 s ahead (its guard has not noticed yet): timed from the
+    server's time alone the run would start 1 s early; the worker's own clock holds it."""
+    from raftcron.worker.runner import Worker
+
+    clocks = _Clocks()
+    w = Worker(["http://127.0.0.1:9"], ["default"], 1, "w")
+    w.clock = WorkerClock(wall_ms=lambda: clocks.wall, mono_s=lambda: clocks.mono)
+
+    async def server_clock() -> float:
+        return clocks.wall
+
+    asyncio.run(w.clock.probe(server_clock))
+    start_at = int(clocks.wall) + 1_500
+    jumped = Lease.from_dict({**LEASE, "start_at_ms": start_at},
+                             server_now_ms=int(clocks.wall) + 1_000,
+                             received_mono_s=clocks.mono)
+    assert jumped.start_mono_s == pytest.approx(clocks.mono + 0.5)
+    assert w._not_before_own_clock(jumped).start_mono_s == pytest.approx(clocks.mono + 1.5)
+    # The other way round (this worker's clock behind the server's reading): the server's.
+    late = Lease.from_dict({**LEASE, "start_at_ms": start_at},
+                           server_now_ms=int(clocks.wall) - 1_000,
+                           received_mono_s=clocks.mono)
+    assert w._not_before_own_clock(late).start_mono_s == pytest.approx(clocks.mono + 2.5)

@@ -145,8 +145,10 @@ def check_run(run: dict[str, Any],
     quota_skips = checks_tenants.check_fire_quotas(rep, nodes, quotas)
     all_attempts = checks_effects.merged_attempts(
         {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
+    running_at_end = {a["id"] for per in attempts.values() for lst in (per or {}).values()
+                      for a in lst or [] if a.get("status") == "running"}
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
-                                            window_end)
+                                            window_end, running_at_end)
     backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
 
     stats = {

@@ -45,6 +45,9 @@ PAIR_SECOND_KINDS = ("worker-crash", "worker-pause", "ack-loss", "clock-bump",
                      "clock-strobe", "partition-bridge", "clock-bump-worker")
 PAIR_FIRST_KINDS = tuple(k for k in CI_KINDS if k not in PAIR_SECOND_KINDS)
 CLOCK_KINDS = ("clock-bump-leader", "clock-bump", "clock-strobe")
+# ci: kinds run on top of another (node) fault, started partway into it, so that they add
+# no time to the schedule (the ci profile's faults must fit CI_FAULT_DEADLINE_S).
+CI_OVERLAY_KINDS = ("clock-bump-worker",)
 
 
 @dataclass
@@ -67,12 +70,18 @@ def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
     rng = random.Random(seed)
     out: list[Planned] = []
     if profile == "ci":
-        kinds = list(CI_KINDS)
+        kinds = [k for k in CI_KINDS if k not in CI_OVERLAY_KINDS]
         rng.shuffle(kinds)
         for kind in kinds:
             lo, hi = DURATIONS[kind]
             out.append(Planned(kind, rng.uniform(lo, hi), rng.uniform(3, 5),
                                random.Random(rng.getrandbits(64))))
+        for kind in CI_OVERLAY_KINDS:
+            hosts = [p for p in out if p.partner is None and p.duration_s > 0
+                     and p.kind in PAIR_FIRST_KINDS]
+            host = rng.choice(hosts)
+            host.partner = _drawn(rng, kind, 1.0)
+            host.partner_after_s = rng.uniform(0, host.duration_s * 0.5)
         return out
     used = 0.0
     if profile == "long":

@@ -116,6 +116,7 @@ class Node:
             outbox_give_up_attempts=config.outbox_give_up_attempts,
             backlog_alert_s=config.backlog_alert_s,
             lease_ahead_ms=int(config.lease_ahead_s * 1000),
+            lease_ahead_herd_ms=int(config.lease_ahead_herd_s * 1000),
         )
 
     # --- reads ---------------------------------------------------------------------------

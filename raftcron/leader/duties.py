@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.proposer import Proposer
-from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_S
+from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_HERD_S, DEFAULT_LEASE_AHEAD_S
 from raftcron.core.delivery import DEFAULT_GIVE_UP_S
 from raftcron.leader.backlog import DEFAULT_BOUND_S, BacklogAlerts
 from raftcron.leader.deadlines import Deadlines
@@ -43,6 +43,7 @@ class DutySettings:
     backlog_alert_s: float = DEFAULT_BOUND_S
     # Dispatch ahead: how far before its instant a run may be leased (0: never).
     lease_ahead_ms: int = int(DEFAULT_LEASE_AHEAD_S * 1000)
+    lease_ahead_herd_ms: int = int(DEFAULT_LEASE_AHEAD_HERD_S * 1000)
 
 
 class LeaderDuties:
@@ -57,7 +58,8 @@ class LeaderDuties:
         self.ticker = Ticker(epoch, proposer, open_reader)
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader,
-                                     ahead_ms=settings.lease_ahead_ms)
+                                     ahead_ms=settings.lease_ahead_ms,
+                                     herd_ahead_ms=settings.lease_ahead_herd_ms)
         self.deadlines = Deadlines(epoch, proposer, open_reader)
         self.backlog = BacklogAlerts(epoch, proposer, open_reader, settings.backlog_alert_s)
         self.outbox = OutboxDelivery(

@@ -799,7 +799,12 @@ def test_runs_leased_ahead_that_start_at_their_instant_under_a_worker_clock_bump
     assert check_run(run, required_coverage=("worker_clock_skew",))["violations"] == {}
 
 
-def test_the_ci_plan_bumps_a_workers_clock() -> None:
-    from chaos.nemesis import plan
+@pytest.mark.parametrize("seed", [101, 1801, 8675309])
+def test_the_ci_plan_bumps_a_workers_clock_on_top_of_a_node_fault(seed: int) -> None:
+    from chaos.nemesis import PAIR_FIRST_KINDS, plan
 
-    assert "clock-bump-worker" in [p.kind for p in plan(101, "ci", 280)]
+    schedule = plan(seed, "ci", 300)
+    [host] = [p for p in schedule if p.partner is not None]
+    assert host.partner.kind == "clock-bump-worker" and host.kind in PAIR_FIRST_KINDS
+    assert 0 <= host.partner_after_s <= host.duration_s
+    assert "clock-bump-worker" not in [p.kind for p in schedule]

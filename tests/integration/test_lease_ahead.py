@@ -194,7 +194,7 @@ def test_the_dispatcher_leases_nothing_ahead_beyond_the_horizon_or_when_off(
     db = tmp_path / "s.db"
     cluster_state(db, 0, 3)
     d, proposer = _dispatcher(db, T - 2_500)
-    assert d._select_ahead(["few"], 10, T - 2_500) == ([], T - 2_000)
+    assert d._select_ahead(["few"], 10, T - 2_500) == ([], 0, T - 2_000)
     d.close()
     d, proposer = _dispatcher(db, T - 1_000, ahead_ms=0)
     assert asyncio.run(d.lease("w", ["few"], 10, 0, ahead=True)) == []
@@ -212,3 +212,28 @@ def test_no_lease_ahead_or_not_while_the_leaders_clock_is_unconfirmed(tmp_path: 
         assert asyncio.run(d.lease("w", ["few"], 10, 0, ahead=False)) == []
         assert proposer.commands == []
         d.close()
+
+
+def test_a_herd_is_leased_ahead_from_the_herd_horizon(tmp_path: Path) -> None:
+    """33,000 runs take seconds to lease: a herd starts going at `herd_ahead_ms`, single
+    runs at `ahead_ms`; both come with the lead they were chosen with."""
+    from raftcron.leader.dispatch import HERD_SIZE
+
+    db = tmp_path / "s.db"
+    cluster_state(db, HERD_SIZE, 3)
+    d, proposer = _dispatcher(db, T - 5_000)
+    d.herd_ahead_ms = 6_000
+    assert d._select_ahead(["few"], 10, T - 5_000) == ([], 0, T - 2_000)
+    ids, lead, _ = d._select_ahead(["herd"], 1000, T - 5_000)
+    assert (len(ids), lead) == (1000, 6_000)
+    assert d._select_ahead(["herd"], 1000, T - 6_500) == ([], 0, T - 6_000)
+    got = asyncio.run(d.lease("w", ["herd"], 1000, 0, ahead=True))
+    assert len(got) == 1000 and proposer.commands[0].ahead_ms == 6_000
+    d.close()
+
+
+def test_a_herd_lease_applies_with_its_lead(led):
+    led.create("j")
+    led.fire("j", T1, now=T1 - 10_000)
+    got = lease_ahead(led, [att("j", T1)], T1 - 5_500, ahead_ms=6_000)["leases"]
+    assert [g["start_at_ms"] for g in got] == [T1]

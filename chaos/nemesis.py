@@ -81,7 +81,9 @@ def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
                      and p.kind in PAIR_FIRST_KINDS]
             host = rng.choice(hosts)
             host.partner = _drawn(rng, kind, 1.0)
-            host.partner_after_s = rng.uniform(0, host.duration_s * 0.5)
+            host.partner_after_s = rng.uniform(0, host.duration_s * 0.3)
+            # It ends with its host: the schedule takes no longer for it.
+            host.partner.duration_s = host.duration_s - host.partner_after_s
         return out
     used = 0.0
     if profile == "long":

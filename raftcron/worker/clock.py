@@ -59,11 +59,15 @@ class WorkerClock:
 
     def check_lease_time(self, server_now_ms: float) -> None:
         """A lease answer's server time, compared with this worker's clock at receipt: one
-        off by more than the tolerance (plus the sample's own error) drops the sample."""
+        ahead of it by more than the tolerance (plus the sample's own error) drops the
+        sample. One behind it is what a slow answer looks like (the time is stamped when
+        the answer is built; a loaded node took 0.5-0.6 s to deliver it in a chaos run)
+        and only makes a run start later; a step of this worker's own clock is caught
+        against its monotonic clock instead."""
         if self.sample is None:
             return
-        off = server_now_ms - self._wall_ms()
-        if abs(off) > self.tolerance_ms + self.sample.error_ms:
+        off = server_now_ms - self._wall_ms() - self.sample.offset_ms
+        if off > self.tolerance_ms + self.sample.error_ms:
             log.warning("a lease answer's server time is %.0f ms off this worker's clock: "
                         "taking no run ahead until the clock is measured again", off)
             self.sample = None

@@ -133,7 +133,9 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "max_runtime_s": runtime,
             "heartbeat_interval_s": max(1, spec["heartbeat_timeout_s"] // 3),
             **({"ack_timeout_s": ack_timeout_s} if cmd.acknowledge else {}),
-            **({"start_at_ms": start} if cmd.ahead_ms else {}),
+            # The run's own instant, not `start`: a leader whose clock jumped ahead before its
+            # guard noticed would otherwise name its own wrong "now" as the instant.
+            **({"start_at_ms": not_before} if cmd.ahead_ms else {}),
         })
     conn.executemany(
         "UPDATE attempts SET status = 'running', worker_id = ?, fencing_token = ?, "

@@ -72,15 +72,17 @@ class WorkerClock:
                         "taking no run ahead until the clock is measured again", off)
             self.sample = None
 
-    def not_before_mono(self, start_at_ms: int) -> float | None:
-        """The monotonic instant at which this worker's own clock, corrected by the measured
-        offset (and its error), reaches `start_at_ms`; None without a sample that still
-        describes the wall clock (it stepped since, or went stale)."""
+    def not_before_mono(self, start_at_ms: int, sample: OffsetSample | None = None
+                        ) -> float | None:
+        """The monotonic instant at which this worker's own clock, corrected by `sample`
+        (default: the current one) and its error, reaches `start_at_ms`; None without a
+        sample that still describes the wall clock (it stepped since, or went stale)."""
+        sample = self.sample if sample is None else sample
         wall, mono = self._wall_ms(), self._mono_s()
-        if ahead_refusal(self.sample, wall, mono, self.tolerance_ms) == UNMEASURED:
+        if ahead_refusal(sample, wall, mono, self.tolerance_ms) == UNMEASURED:
             return None  # no sample, a stale one, or the wall clock stepped since
-        assert self.sample is not None
-        local = start_at_ms - self.sample.offset_ms + self.sample.error_ms
+        assert sample is not None
+        local = start_at_ms - sample.offset_ms + sample.error_ms
         return mono + (local - wall) / 1000
 
     def refusal(self) -> str | None:

@@ -53,6 +53,7 @@ from typing import Any
 
 import httpx
 
+from raftcron.core.ahead import OffsetSample
 from raftcron.worker.client import ApiError, Lease, ServerUnavailable, WorkerClient
 from raftcron.worker.clock import PROBE_EVERY_S, WorkerClock
 from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, execute
@@ -386,6 +387,9 @@ class Worker:
             # An in-flight poll is not abandoned on stop: its leases are released below
             # instead of being left to expire on the server.
             refused = self.clock.refusal() if self.options.lease_ahead else None
+            # The sample the poll asked ahead with: the answer may make the worker drop it
+            # (a server time far off), and its runs are still timed by it.
+            sample = self.clock.sample
             try:
                 leases = await self.client.lease(
                     self.worker_id, self.queues, free, wait_s,
@@ -417,7 +421,14 @@ class Worker:
                 continue
             self._leased_once = True
             backoff.reset()
-            leases = [self._not_before_own_clock(lease) for lease in leases]
+            timed = [self._not_before_own_clock(lease, sample) for lease in leases]
+            untimed = [lease for lease, t in zip(leases, timed, strict=True) if t is None]
+            if untimed:
+                log.warning("releasing %d lease(s) taken ahead: this worker's clock cannot say "
+                            "when their instant comes (it stepped during the poll)",
+                            len(untimed))
+                await self._release(untimed)
+            leases = [t for t in timed if t is not None]
             if stop.is_set():
                 await self._release(leases)
                 break
@@ -428,16 +439,21 @@ class Worker:
                 await self._release(extra)
             self._acknowledge_in_background(leases[:free])
 
-    def _not_before_own_clock(self, lease: Lease) -> Lease:
+    def _not_before_own_clock(self, lease: Lease, sample: OffsetSample | None
+                              ) -> Lease | None:
         """A lease taken ahead starts at the later of two readings of its instant: the
         server's time that came with it (counted on the monotonic clock), and this worker's
-        own clock corrected by its measured offset. Either clock may have jumped just before
-        the answer (the leader's before its guard noticed, this worker's during the poll);
-        the later reading is never early by the other one's jump."""
+        own clock corrected by `sample`, the offset it polled with. Either clock may have
+        jumped just before the answer (the leader's before its guard noticed, this
+        worker's during the poll); the later reading is never early by the other one's
+        jump. None (fail closed: not started, released) when this worker's clock has no
+        reading of the instant."""
         if lease.start_at_ms is None or lease.start_mono_s is None:
             return lease
-        own = self.clock.not_before_mono(lease.start_at_ms)
-        if own is None or own <= lease.start_mono_s:
+        own = self.clock.not_before_mono(lease.start_at_ms, sample)
+        if own is None:
+            return None
+        if own <= lease.start_mono_s:
             return lease
         return dataclasses.replace(lease, start_mono_s=own)
 

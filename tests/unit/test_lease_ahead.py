@@ -168,9 +168,25 @@ def test_a_run_starts_at_the_later_of_the_servers_and_its_own_reading():
                              server_now_ms=int(clocks.wall) + 1_000,
                              received_mono_s=clocks.mono)
     assert jumped.start_mono_s == pytest.approx(clocks.mono + 0.5)
-    assert w._not_before_own_clock(jumped).start_mono_s == pytest.approx(clocks.mono + 1.5)
+    sample = w.clock.sample
+    assert w._not_before_own_clock(jumped, sample).start_mono_s == pytest.approx(
+        clocks.mono + 1.5)
     # The other way round (this worker's clock behind the server's reading): the server's.
     late = Lease.from_dict({**LEASE, "start_at_ms": start_at},
                            server_now_ms=int(clocks.wall) - 1_000,
                            received_mono_s=clocks.mono)
-    assert w._not_before_own_clock(late).start_mono_s == pytest.approx(clocks.mono + 2.5)
+    assert w._not_before_own_clock(late, sample).start_mono_s == pytest.approx(
+        clocks.mono + 2.5)
+    # Chaos seed 1801: the leader's clock jumped 131 s ahead; its answer made the worker
+    # drop its sample, and the runs were then timed by the server's reading alone and
+    # started 0.54 s early. They are timed by the sample the poll was made with.
+    far = Lease.from_dict({**LEASE, "start_at_ms": start_at},
+                          server_now_ms=int(clocks.wall) + 131_000,
+                          received_mono_s=clocks.mono)
+    w.clock.check_lease_time(int(clocks.wall) + 131_000)
+    assert w.clock.sample is None
+    assert w._not_before_own_clock(far, sample).start_mono_s == pytest.approx(
+        clocks.mono + 1.5)
+    # No reading of its own (its clock stepped during the poll): not started at all.
+    clocks.wall += 5_000
+    assert w._not_before_own_clock(far, sample) is None

@@ -45,6 +45,8 @@ class Received:
 
     leases: list[tuple[float, float, str]] = field(default_factory=list)
     completed: int = 0
+    ahead: int = 0
+    """Leases received before their run's instant (dispatch ahead)."""
 
     def lags_since(self, start: float, end: float = float("inf")) -> list[float]:
         return [got - sched for got, sched, _ in self.leases if start <= sched < end]
@@ -52,14 +54,19 @@ class Received:
 
 async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[], bool],
                       seen: Received, headers: dict[str, str], batch: int = 1000,
-                      wait_s: float = 2, acknowledge: bool = False) -> None:
+                      wait_s: float = 2, acknowledge: bool = False,
+                      ahead: bool = False) -> None:
     """A worker whose runs do nothing: long-poll leases, complete them at once (batched).
 
     Completions are sent in the background while the poller asks for the next leases, as a
     worker with free slots would. Fails over between `urls` on errors and non-200 answers.
     With `acknowledge`, it leases as `raftcron worker` does: each batch is acknowledged
     (a heartbeat) first, and only the leases whose acknowledgement was accepted are
-    recorded (at that moment: when a real worker would start them) and completed."""
+    recorded (at that moment: when a real worker would start them) and completed.
+    With `ahead`, it leases as `raftcron worker` does with a clock that agrees with the
+    cluster's: runs may come before their instant; each is started (recorded) when the
+    monotonic clock says its `start_at_ms` came, counted from the answer's `server_now_ms`,
+    after the check just before the start (a `before_start` heartbeat), as the worker does."""
     async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
         i = 0
         pending: set[asyncio.Task[None]] = set()
@@ -80,12 +87,48 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 await asyncio.sleep(0.05)
             return []
 
-        async def complete(leases: list[dict[str, Any]], j: int) -> None:
-            if acknowledge:
+        async def start_at_instants(leases: list[dict[str, Any]], j: int, got_mono: float,
+                                    server_now: int) -> list[dict[str, Any]]:
+            def start_of(lease: dict[str, Any]) -> float:
+                return got_mono + max(0, lease.get("start_at_ms", server_now) - server_now) / 1000
+
+            leases = sorted(leases, key=start_of)
+            later = [lease for lease in leases if start_of(lease) > time.monotonic()]
+            if later:
+                await asyncio.sleep(max(0.0, start_of(later[0]) - 0.3 - time.monotonic()))
+                body = {"worker_id": name, "before_start": True, "attempts": [
+                    {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
+                    for x in later]}
+                while not stop():
+                    try:
+                        r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
+                        if r.status_code == 200:
+                            refused = {x["attempt_id"] for x in r.json()["results"]
+                                       if not x.get("ok") or x.get("cancel")}
+                            leases = [x for x in leases if x["attempt_id"] not in refused]
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    j += 1
+                    await asyncio.sleep(0.05)
+            for lease in leases:
+                await asyncio.sleep(max(0.0, start_of(lease) - time.monotonic()))
+                seen.leases.append((time.time(), iso_to_s(lease["scheduled_for"]),
+                                    lease["occurrence_id"]))
+            return leases
+
+        async def complete(leases: list[dict[str, Any]], j: int, got_mono: float = 0.0,
+                           server_now: int | None = None) -> None:
+            if acknowledge:  # on receipt, ahead or not
                 leases = await ack(leases, j)
-                got = time.time()
-                seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
-                                    lease["occurrence_id"]) for lease in leases)
+                if server_now is None:
+                    got = time.time()
+                    seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
+                                        lease["occurrence_id"]) for lease in leases)
+                if not leases:
+                    return
+            if server_now is not None:
+                leases = await start_at_instants(leases, j, got_mono, server_now)
                 if not leases:
                     return
             body = {"worker_id": name, "completions": [
@@ -107,7 +150,8 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             try:
                 resp = await client.post(f"{url}/v1/leases", json={
                     "worker_id": name, "queues": [queue], "max": batch, "wait_s": wait_s,
-                    **({"acknowledge": True} if acknowledge else {})})
+                    **({"acknowledge": True} if acknowledge else {}),
+                    **({"ahead": True} if ahead else {})})
             except httpx.HTTPError:
                 i += 1
                 await asyncio.sleep(0.05)
@@ -116,14 +160,19 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 i += 1
                 await asyncio.sleep(0.05)
                 continue
-            got = time.time()
-            leases = resp.json()["leases"]
+            got, got_mono = time.time(), time.monotonic()
+            answer = resp.json()
+            leases = answer["leases"]
             if not leases:
                 continue
-            if not acknowledge:
+            server_now = answer.get("server_now_ms") if ahead else None
+            if server_now is not None:
+                seen.ahead += sum(1 for lease in leases
+                                  if got < iso_to_s(lease["scheduled_for"]))
+            elif not acknowledge:
                 seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
                                     lease["occurrence_id"]) for lease in leases)
-            task = asyncio.create_task(complete(leases, i))
+            task = asyncio.create_task(complete(leases, i, got_mono, server_now))
             pending.add(task)
             task.add_done_callback(pending.discard)
         if pending:

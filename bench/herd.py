@@ -1,6 +1,7 @@
 """The midnight herd: N jobs due in the same second, raftcron beside APScheduler 3.
 
     python bench/herd.py [--sizes 100,1000,10000,33000] [--jitter-s 10] [--max-pollers 16]
+                         [--modes ahead,at-instant] [--repeat 1]
 
 raftcron: a fresh three-node cluster per run; N jobs (created in batches of 1,000 well
 before the instant) whose cron names one second, `S M H D Mo *`, so all N are due at that
@@ -8,12 +9,18 @@ instant T. No-op pollers in this process lease (1,000 per call) and complete at 
 poller per 1,000 jobs of the herd (at least 4, at most --max-pollers), as a deployment
 expecting a herd runs enough worker slots for it.
   lease lag   worker receipt of the lease − T (with jitter: − T − the job's jitter offset,
-              the time the run was meant to start)
+              the time the run was meant to start); mode `ahead` (dispatch ahead, the
+              default of `raftcron worker`): the pollers ask for runs ahead and each run's
+              lag is its start − T, the start being when the poller's monotonic clock says
+              the lease's start_at_ms came (after the check before the start), as the
+              worker starts it; mode `at-instant`: as before dispatch ahead, receipt − T
   commit lag  the occurrence's claim stamp (`created_at`, the leader's clock when it
               proposed the claim) − T; negative: claimed ahead of the instant. Every one is
               committed before its lease, which is granted only after the commit.
 APScheduler 3.11 (AsyncIOScheduler, memory job store, one process, the same machine right
 after): N jobs with a DateTrigger at T; lag = job function start − T.
+With --repeat R, each system runs R times, alternating, and the table shows the median of
+each figure over the R runs (the ratio: of the median p99s).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -58,6 +66,8 @@ class HerdResult:
     commit_p50_ms: float = float("nan")
     commit_max_ms: float = float("nan")
     create_s: float = float("nan")
+    mode: str = ""
+    leased_ahead: int = 0
 
 
 def cron_at(t: float) -> str:
@@ -65,7 +75,7 @@ def cron_at(t: float) -> str:
     return f"{d.second} {d.minute} {d.hour} {d.day} {d.month} *"
 
 
-async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:
+async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True) -> HerdResult:
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
         c.start()
@@ -101,7 +111,7 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:
             urls = leader_first(c.urls, leader)
             worker = c.auth_headers(c.worker_token)
             await asyncio.gather(*(noop_poller(urls, f"herd-w{i}", QUEUE, finished, seen, worker,
-                                               wait_s=1) for i in range(pollers)))
+                                               wait_s=1, ahead=ahead) for i in range(pollers)))
             occs = c.occurrences(leader, kind="scheduled")
             # Lease lag from the moment each run was meant to start: T, plus its jitter.
             lags = [got - instant - offsets[occ_id.split("@", 1)[0]]
@@ -111,7 +121,7 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int) -> HerdResult:
                               pct(lags, 0.5) * 1000, pct(lags, 0.99) * 1000,
                               max(lags, default=float("nan")) * 1000,
                               pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
-                              create_s)
+                              create_s, "ahead" if ahead else "at-instant", seen.ahead)
         finally:
             c.close()
 
@@ -144,35 +154,54 @@ async def apscheduler_herd(n: int) -> HerdResult:
                       pct(lags, 0.99) * 1000, max(lags) * 1000)
 
 
-def run_all(sizes: list[int], jitter_s: int, pollers: int = 16) -> list[HerdResult]:
-    """`pollers`: the most no-op pollers any run gets."""
-    results: list[HerdResult] = []
+def _median(results: list[HerdResult]) -> HerdResult:
+    """One result whose every figure is the median over `results` (one system, N, mode)."""
+    def med(attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in results)
+
+    first = results[0]
+    return HerdResult(first.system, first.n, first.jitter_s, int(med("received")),
+                      med("p50_ms"), med("p99_ms"), med("max_ms"), med("commit_p50_ms"),
+                      med("commit_max_ms"), med("create_s"), first.mode,
+                      int(med("leased_ahead")))
+
+
+def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
+            modes: tuple[str, ...] = ("ahead",), repeat: int = 1) -> list[HerdResult]:
+    """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
+    runs of each (system, N, jitter, mode), the systems alternating run by run."""
+    runs: dict[tuple, list[HerdResult]] = {}
     for n in sizes:
-        for jitter in (0, jitter_s):
-            r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(n / 1000)))))
-            print(f"raftcron    N={n:>6} jitter={jitter:>2}s  lease lag p50 {r.p50_ms:8.0f} "
-                  f"p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit p50 "
-                  f"{r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
-                  f"({r.received}/{n} leased, created in {r.create_s:.1f}s)", flush=True)
-            results.append(r)
-        a = asyncio.run(apscheduler_herd(n))
-        print(f"apscheduler N={n:>6}            start lag p50 {a.p50_ms:8.0f} "
-              f"p99 {a.p99_ms:8.0f} max {a.max_ms:8.0f} ms", flush=True)
-        results.append(a)
-    return results
+        for _ in range(repeat):
+            for jitter in sorted({0, jitter_s}):
+                for mode in modes:
+                    r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
+                        n / 1000))), ahead=mode == "ahead"))
+                    print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
+                          f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
+                          f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
+                          f"({r.received}/{n} leased, {r.leased_ahead} before T, created in "
+                          f"{r.create_s:.1f}s)", flush=True)
+                    runs.setdefault(("raftcron", n, jitter, mode), []).append(r)
+            a = asyncio.run(apscheduler_herd(n))
+            print(f"apscheduler N={n:>6}                        start lag p50 {a.p50_ms:8.0f} "
+                  f"p99 {a.p99_ms:8.0f} max {a.max_ms:8.0f} ms", flush=True)
+            runs.setdefault(("apscheduler", n, 0, ""), []).append(a)
+    return [_median(rs) for rs in runs.values()]
 
 
 def table(results: list[HerdResult]) -> str:
-    lines = ["| N | system | jitter | received | lag p50 ms | lag p99 ms | lag max ms | "
-             "claim stamp − T p50 / max ms | p99 ratio raftcron/APScheduler |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| N | system | mode | jitter | received (before T) | lag p50 ms | lag p99 ms | "
+             "lag max ms | claim stamp − T p50 / max ms | p99 ratio raftcron/APScheduler |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     aps = {r.n: r for r in results if r.system == "apscheduler"}
     for r in results:
         ratio = (f"{r.p99_ms / aps[r.n].p99_ms:.2f}"
                  if r.system == "raftcron" and r.n in aps and not r.jitter_s else "")
         commit = (f"{r.commit_p50_ms:.0f} / {r.commit_max_ms:.0f}"
                   if r.system == "raftcron" else "")
-        lines.append(f"| {r.n:,} | {r.system} | {r.jitter_s}s | {r.received:,} | "
+        received = f"{r.received:,}" + (f" ({r.leased_ahead:,})" if r.mode == "ahead" else "")
+        lines.append(f"| {r.n:,} | {r.system} | {r.mode} | {r.jitter_s}s | {received} | "
                      f"{r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.max_ms:.0f} | {commit} | {ratio} |")
     return "\n".join(lines)
 
@@ -182,9 +211,16 @@ def main() -> None:
     p.add_argument("--sizes", default="100,1000,10000,33000")
     p.add_argument("--jitter-s", type=int, default=10)
     p.add_argument("--max-pollers", type=int, default=16)
+    p.add_argument("--modes", default="ahead,at-instant",
+                   help="ahead (dispatch ahead) and/or at-instant (handed out at T)")
+    p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or set(modes) - {"ahead", "at-instant"}:
+        p.error("--modes takes ahead and/or at-instant")
     print(machine_line())
-    results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers)
+    results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
+                      modes, max(1, args.repeat))
     print(table(results))
     print([asdict(r) for r in results])
 

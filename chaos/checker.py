@@ -44,7 +44,7 @@ COVERAGE_KINDS = (
     "process_suspension", "lease_expiry", "clock_skew", "partitions", "renewal_delay",
     "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
-    "manual_retries", "leader_kills", "quota_skips", "retention_prunes",
+    "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
 )
 # Every check, by the name its violations carry: the report lists each with its count.
 CHECKS = (
@@ -169,8 +169,10 @@ def check_run(run: dict[str, Any],
     quota_skips = checks_tenants.check_fire_quotas(rep, nodes, quotas)
     all_attempts = checks_effects.merged_attempts(
         {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
+    running_at_end = {a["id"] for per in attempts.values() for lst in (per or {}).values()
+                      for a in lst or [] if a.get("status") == "running"}
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
-                                            window_end)
+                                            window_end, running_at_end)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
     backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
 
@@ -519,6 +521,7 @@ def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
         + kinds["worker-pause"],
         "lease_expiry": sum(1 for a in atts if a["status"] == "lost"),
         "clock_skew": kinds["clock-bump"] + kinds["clock-bump-leader"] + kinds["clock-strobe"],
+        "worker_clock_skew": kinds["clock-bump-worker"],
         "partitions": kinds["partition-leader"] + kinds["partition-follower"]
         + kinds["partition-bridge"],
         "renewal_delay": kinds["renewal-delay"],

@@ -80,6 +80,17 @@ def check_fire_quotas(rep: Report, nodes: dict[str, Any], quotas: dict[str, dict
     return most
 
 
+def _clock_fault_during(start: float, stop: float, windows: list[dict[str, Any]],
+                        end: float) -> bool:
+    """Whether a clock fault was on at some time in [start, stop]: a completion taken then
+    may carry the skewed node's stamp, minutes away from the fault's window (a leader 131 s
+    ahead stamped a run's finish two minutes after it ended: the run looked running all
+    that time)."""
+    return any(w["kind"] in CLOCK_FAULTS
+               and w["start"] - CLOCK_FAULT_SLACK_S <= stop
+               and start <= (w["stop"] or end) + CLOCK_FAULT_SLACK_S for w in windows)
+
+
 def _clock_fault_near(t: float, windows: list[dict[str, Any]], end: float) -> bool:
     """Could a node under a clock fault have stamped `t`? Its stamps lie in the fault's
     window shifted by the offset it set: a bump moves them by `offset_ms` (262 s ahead,
@@ -98,9 +109,12 @@ def _clock_fault_near(t: float, windows: list[dict[str, Any]], end: float) -> bo
 
 def check_concurrency(rep: Report, nodes: dict[str, Any], attempts: dict[str, list[dict]],
                       quotas: dict[str, dict], windows: list[dict[str, Any]],
-                      window_end: float) -> int:
+                      window_end: float, running_at_end: set[str] | None = None) -> int:
     """The concurrency check over every attempt known (final reads and observations);
-    the most attempts seen running at once in a limited tenant."""
+    the most attempts seen running at once in a limited tenant. `running_at_end`: the
+    attempts a final read shows running (None: every attempt whose status is running).
+    Only those run until the end of the window; one last *observed* running whose final
+    read is gone (retention pruned it) has an unknown end and is not counted."""
     tenant_of = {o["id"]: o.get("tenant", "default")
                  for node in nodes.values() for o in node.get("occurrences", [])}
     spans: dict[str, list[tuple[float, float | None, str]]] = defaultdict(list)
@@ -113,9 +127,11 @@ def check_concurrency(rep: Report, nodes: dict[str, Any], attempts: dict[str, li
             if start is None or _clock_fault_near(start, windows, window_end):
                 continue  # no lease time, or one a skewed leader may have stamped
             end = ts(a.get("finished_at"))
-            if end is None and a["status"] == "running":
+            if end is None and a["status"] == "running" and (
+                    running_at_end is None or a["id"] in running_at_end):
                 end = window_end
-            if end is not None and _clock_fault_near(end, windows, window_end):
+            if end is not None and (_clock_fault_near(end, windows, window_end)
+                                    or _clock_fault_during(start, end, windows, window_end)):
                 end = None  # its finish time may come from a skewed clock: not counted
             spans[tenant].append((start, end, a["id"]))
     peak = 0

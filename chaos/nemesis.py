@@ -23,7 +23,7 @@ CI_KINDS = (
     "kill-leader", "kill-follower", "kill-two", "pause-leader", "pause-two",
     "renewal-delay", "partition-leader", "partition-follower", "partition-bridge",
     "clock-bump-leader", "clock-bump", "clock-strobe", "rolling-deploy", "worker-crash",
-    "worker-pause", "ack-loss",
+    "worker-pause", "ack-loss", "clock-bump-worker",
 )
 LEADER_LOSS_KINDS = ("kill-leader", "pause-leader", "partition-leader", "renewal-delay",
                      "rolling-deploy", "kill-two", "pause-two")
@@ -33,7 +33,7 @@ DURATIONS: dict[str, tuple[float, float]] = {
     "partition-leader": (6, 10), "partition-follower": (5, 8), "partition-bridge": (8, 12),
     "clock-bump-leader": (6, 10), "clock-bump": (6, 10), "clock-strobe": (6, 10),
     "rolling-deploy": (0, 0), "worker-crash": (3, 6), "worker-pause": (6, 9),
-    "ack-loss": (10, 15),
+    "ack-loss": (10, 15), "clock-bump-worker": (6, 10),
 }
 
 
@@ -42,9 +42,12 @@ DURATIONS: dict[str, tuple[float, float]] = {
 # (workers, the ack-loss proxy, clocks, a bridge cut), so a pair never fails to start only
 # because its first half took the second's target away.
 PAIR_SECOND_KINDS = ("worker-crash", "worker-pause", "ack-loss", "clock-bump",
-                     "clock-strobe", "partition-bridge")
+                     "clock-strobe", "partition-bridge", "clock-bump-worker")
 PAIR_FIRST_KINDS = tuple(k for k in CI_KINDS if k not in PAIR_SECOND_KINDS)
 CLOCK_KINDS = ("clock-bump-leader", "clock-bump", "clock-strobe")
+# ci: kinds run on top of another (node) fault, started partway into it, so that they add
+# no time to the schedule (the ci profile's faults must fit CI_FAULT_DEADLINE_S).
+CI_OVERLAY_KINDS = ("clock-bump-worker",)
 
 
 @dataclass
@@ -67,12 +70,20 @@ def plan(seed: int, profile: str, budget_s: float) -> list[Planned]:
     rng = random.Random(seed)
     out: list[Planned] = []
     if profile == "ci":
-        kinds = list(CI_KINDS)
+        kinds = [k for k in CI_KINDS if k not in CI_OVERLAY_KINDS]
         rng.shuffle(kinds)
         for kind in kinds:
             lo, hi = DURATIONS[kind]
             out.append(Planned(kind, rng.uniform(lo, hi), rng.uniform(3, 5),
                                random.Random(rng.getrandbits(64))))
+        for kind in CI_OVERLAY_KINDS:
+            hosts = [p for p in out if p.partner is None and p.duration_s > 0
+                     and p.kind in PAIR_FIRST_KINDS]
+            host = rng.choice(hosts)
+            host.partner = _drawn(rng, kind, 1.0)
+            host.partner_after_s = rng.uniform(0, host.duration_s * 0.3)
+            # It ends with its host: the schedule takes no longer for it.
+            host.partner.duration_s = host.duration_s - host.partner_after_s
         return out
     used = 0.0
     if profile == "long":
@@ -305,6 +316,20 @@ class Nemesis:
     def start_clock_bump(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
         sign = p.draw.choice((-1, 1))
         return self._bump(p.draw.choice(self.procs.ids), sign * 2 ** p.draw.randint(2, 18))
+
+    def start_clock_bump_worker(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
+        """Move one worker's wall clock 128 ms to 16 s either way (its monotonic clock stays):
+        within the tolerance it still leases runs ahead, beyond it it must stop; either way
+        no job process may start before its instant (the early_fire check)."""
+        wid = p.draw.choice(sorted(self.procs.workers))
+        offset_ms = p.draw.choice((-1, 1)) * 2 ** p.draw.randint(7, 14)
+        self._set_clock(f"worker-{wid}", offset_ms / 1000)
+
+        def stop() -> dict[str, Any]:
+            self._set_clock(f"worker-{wid}", 0)
+            return {"targets": [wid], "offset_ms": 0}
+
+        return {"targets": [wid], "offset_ms": offset_ms}, stop
 
     def start_clock_strobe(self, p: Planned, leader: str | None) -> tuple[dict, Callable]:
         target = p.draw.choice(self.procs.ids)

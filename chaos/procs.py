@@ -181,6 +181,15 @@ class Processes:
             env = dict(os.environ)
             env["CHAOS_WORKER"] = wid
             env["CHAOS_SINK"] = self.sink_url
+            # The nodes' clock (base offset), and a file the clock-bump-worker nemesis moves
+            # it with. The job processes are curl, which the time-machine hook leaves alone.
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(CLOCK_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            env["CHAOS_CLOCK_BASE"] = repr(self.base_offset_s)
+            clock = self.clock_file(f"worker-{wid}")
+            env["CHAOS_CLOCK_FILE"] = str(clock)
+            if not clock.exists():
+                clock.write_text("0\n")
             env["RAFTCRON_TOKEN"] = self.worker_token
             proc = subprocess.Popen(
                 [sys.executable, "-m", "raftcron", "worker", "--server", ",".join(servers),

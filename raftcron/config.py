@@ -8,6 +8,11 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftcron.core.ahead import (
+    DEFAULT_LEASE_AHEAD_HERD_S,
+    DEFAULT_LEASE_AHEAD_S,
+    MAX_LEASE_AHEAD_S,
+)
 from raftcron.core.timefmt import parse_duration
 
 
@@ -43,6 +48,11 @@ class NodeConfig:
     tick_stale_s: float = 10.0
     # The `backlog` alert: a queue's oldest due run has waited longer than this.
     backlog_alert_s: float = 60.0
+    # Dispatch ahead (issue 18 §4): a run due within this many seconds may be leased to a
+    # worker whose clock agrees with the cluster's; it starts the run at its instant. 0: off.
+    lease_ahead_s: float = DEFAULT_LEASE_AHEAD_S
+    # The same for a herd (1,000 runs or more due at one instant); at least lease_ahead_s.
+    lease_ahead_herd_s: float = DEFAULT_LEASE_AHEAD_HERD_S
     # API authentication: bearer tokens from `tokens_file`; `auth_off` only when the config
     # says `auth = "off"` explicitly. Neither set (a hand-built config): every request is
     # refused.
@@ -142,6 +152,15 @@ def _http_url(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise ConfigError(f"config {key!r} must hold http(s) URLs")
     return value
+
+
+def _lease_ahead(data: dict[str, Any], key: str, default: float) -> float:
+    value = data.get(key, default)
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 <= value <= MAX_LEASE_AHEAD_S):
+        raise ConfigError(f"config {key!r} must be a number from 0 to "
+                          f"{MAX_LEASE_AHEAD_S:g} (seconds; 0 turns dispatch ahead off)")
+    return float(value)
 
 
 def _number(data: dict[str, Any], key: str, default: float) -> float:
@@ -281,6 +300,8 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         watchdog_interval_s=_number(data, "watchdog_interval_s", 5.0),
         tick_stale_s=_number(data, "tick_stale_s", 10.0),
         backlog_alert_s=_number(data, "backlog_alert_s", 60.0),
+        lease_ahead_s=_lease_ahead(data, "lease_ahead_s", DEFAULT_LEASE_AHEAD_S),
+        lease_ahead_herd_s=_lease_ahead(data, "lease_ahead_herd_s", DEFAULT_LEASE_AHEAD_HERD_S),
         tokens_file=rel(tokens_file) if tokens_file else None,
         auth_off=auth_off,
         tls_cert=rel(tls_cert) if tls_cert else None,

@@ -115,6 +115,8 @@ class Node:
             retention_s=retention_of(config), outbox_give_up_s=config.outbox_give_up_s,
             outbox_give_up_attempts=config.outbox_give_up_attempts,
             backlog_alert_s=config.backlog_alert_s,
+            lease_ahead_ms=int(config.lease_ahead_s * 1000),
+            lease_ahead_herd_ms=int(config.lease_ahead_herd_s * 1000),
         )
 
     # --- reads ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.timefmt import parse_iso_ms
 from raftcron.state.backlog import queue_backlog
 from raftcron.state.db import META_CLOCK, META_EPOCH, META_UNACKED_LEASES, get_meta
@@ -53,6 +54,15 @@ class NodeMetrics:
                                 registry=None)
         self.watchdog = Counter("raftcron_watchdog_pings", "Watchdog pings sent by this node "
                                 "as leader", ["result"], registry=None)
+        self.leases_ahead = Counter(
+            "raftcron_leases_ahead", "Leases committed by this node as leader before their "
+            "run's instant (dispatch ahead: the worker starts the run at the instant)",
+            registry=None)
+        self.ahead_refused = Counter(
+            "raftcron_lease_polls_ahead_refused", "Lease polls answered by this node as leader "
+            "from workers that take no run ahead (their clock is unmeasured, or off the "
+            "cluster's by more than the tolerance)", ["reason"], registry=None)
+        self.workers_refusing = RefusingWorkers()
         self.skew_ms: int | None = None
 
     def observe_leases(self, now_ms: int, leases: list[dict[str, Any]]) -> None:
@@ -61,15 +71,64 @@ class NodeMetrics:
                 scheduled = parse_iso_ms(lease["scheduled_for"], "scheduled_for")
             except Exception:  # noqa: BLE001 - a metric must never break the apply path
                 continue
+            # A lease granted ahead is handed out now and starts at its `start_at_ms`.
+            start = lease.get("start_at_ms")
+            started = max(now_ms, start) if isinstance(start, int) else now_ms
             self.fire_lag.labels(lease.get("kind", "scheduled")).observe(
-                max(0.0, (now_ms - scheduled) / 1000))
+                max(0.0, (started - scheduled) / 1000))
             self.leases.inc()
+            if isinstance(start, int) and start > now_ms:
+                self.leases_ahead.inc()
+
+    def observe_poll(self, worker_id: str, ahead_refused: str | None) -> None:
+        """A lease poll this node serves as leader: whether its worker refused runs ahead."""
+        if ahead_refused is not None:
+            self.ahead_refused.labels(ahead_refused).inc()
+        self.workers_refusing.observe(worker_id, ahead_refused, time.monotonic())
 
     def on_duty_event(self, duty: str, result: str) -> None:
         (self.webhooks if duty == "webhook" else self.watchdog).labels(result).inc()
 
     def event_collectors(self) -> list[Collector]:
-        return [self.fire_lag, self.leases, self.epoch_changes, self.webhooks, self.watchdog]
+        return [self.fire_lag, self.leases, self.leases_ahead, self.ahead_refused,
+                self.workers_refusing, self.epoch_changes, self.webhooks, self.watchdog]
+
+
+class RefusingWorkers(Collector):
+    """`raftcron_workers_refusing_ahead{reason}`: workers whose latest lease poll (within
+    `WINDOW_S`) refused runs ahead, by reason."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        self._latest: dict[str, tuple[str | None, float]] = {}
+
+    def observe(self, worker_id: str, reason: str | None, now_mono: float) -> None:
+        self._latest[worker_id] = (reason, now_mono)
+        if len(self._latest) > 10_000:  # bounded: forget the workers not seen lately
+            self._forget(now_mono)
+
+    def _forget(self, now_mono: float) -> None:
+        for wid, (_, at) in list(self._latest.items()):
+            if now_mono - at > self.WINDOW_S:
+                del self._latest[wid]
+
+    def counts(self, now_mono: float) -> dict[str, int]:
+        self._forget(now_mono)
+        out: dict[str, int] = {}
+        for reason, _ in self._latest.values():
+            if reason is not None:
+                out[reason] = out.get(reason, 0) + 1
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily("raftcron_workers_refusing_ahead", "Workers whose latest lease "
+                              "poll here (last 60 s, this node as leader) took no run ahead, "
+                              "by reason", labels=["reason"])
+        counts = self.counts(time.monotonic())
+        for reason in REFUSAL_REASONS:
+            g.add_metric([reason], counts.get(reason, 0))
+        yield g
 
 
 def _gauge(name: str, doc: str, value: float | None, labels: dict[str, str] | None = None

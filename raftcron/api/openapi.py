@@ -37,6 +37,7 @@ from raftcron.api import (
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
 from raftcron.core import calendar, model
+from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
 from raftcron.core.secrets import SECRET_NAME_RE
 from raftcron.core.tenant_policy import MAX_PATTERNS, TARGET_KINDS
@@ -301,6 +302,9 @@ PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": 
                  "items": {"type": "object", "required": ["attempt_id", "fencing_token"],
                            "properties": {"attempt_id": ATTEMPT_ID,
                                           "fencing_token": FENCING_TOKEN}}}}}
+HEARTBEATS = {**PAIRS, "properties": {**PAIRS["properties"], "before_start": {
+    "type": "boolean", "description": "the check just before the instant of runs leased "
+    "ahead and not started: a run whose job was paused since is skipped, not started"}}}
 OUTCOME_FIELDS = {
     "fencing_token": FENCING_TOKEN,
     "outcome": {"enum": ["succeeded", "failed"]},
@@ -323,7 +327,14 @@ LEASES = {"type": "object", "required": ["worker_id"], "properties": {
                               "wait_s seconds; a client's timeout must exceed it"},
     "acknowledge": {"type": "boolean", "description":
                     "acknowledge each lease (first heartbeat) within the job's "
-                    "ack_timeout_s, or it is released and leased again"}}}
+                    "ack_timeout_s, or it is released and leased again"},
+    "ahead": {"type": "boolean", "description":
+              "the worker starts each run at its lease's start_at_ms, timed from the "
+              "answer's server_now_ms: runs due within the node's lease_ahead_s are leased "
+              "before their instant"},
+    "ahead_refused": {"enum": [*REFUSAL_REASONS, None], "description":
+                      "why this worker takes no run ahead (its clock is unmeasured or "
+                      "skewed); counted in /metrics"}}}
 
 # `?consistent=`: any letter case of these spellings.
 CONSISTENT = {"name": "consistent", "in": "query", "required": False,
@@ -644,7 +655,7 @@ def _spec() -> dict[str, Any]:
                 "Lease due runs (long poll, up to wait_s seconds)", body=LEASES,
                 errors=(503,), extra={"x-long-poll": {"parameter": "wait_s",
                                                       "max_s": workers.MAX_WAIT_S}})},
-            "/v1/heartbeats": {"post": _op("Heartbeat many attempts", body=PAIRS,
+            "/v1/heartbeats": {"post": _op("Heartbeat many attempts", body=HEARTBEATS,
                                            errors=(403, 503))},
             "/v1/releases": {"post": _op("Hand leases back unrun", body=PAIRS,
                                          errors=(403, 503))},

@@ -17,6 +17,7 @@ from raftcron.api.errors import HTTPError, json_body, rejection_error
 from raftcron.api.jobs import ctx_of
 from raftcron.cluster.proposer import ProposalError
 from raftcron.core import commands as c
+from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE, json_int
 from raftcron.leader.ticker import LostEpoch
@@ -114,6 +115,7 @@ async def leases(request: Request) -> Response:
     acknowledge = body.get("acknowledge", False)
     if not isinstance(acknowledge, bool):
         raise ValidationError("acknowledge", "must be true or false")
+    ahead, ahead_refused = _ahead(body)
     duties = ctx.node.duties
     if duties is None or duties.stopped:
         if ctx.node.raft.is_leader():
@@ -125,13 +127,38 @@ async def leases(request: Request) -> Response:
         return await _hand_over(request, ctx, worker_id, response)
     try:
         # JSONResponse encodes its body when built: built at commit, before the instant.
+        ctx.node.metrics.observe_poll(worker_id, ahead_refused)
         response = await duties.dispatcher.lease(
             worker_id, sorted(set(queues)), max_n, float(wait_s),
-            prepare=lambda got: JSONResponse({"leases": got}), acknowledge=acknowledge)
+            prepare=_lease_response if ahead else _plain_lease_response,
+            acknowledge=acknowledge, ahead=ahead)
     except (LostEpoch, ProposalError):
         raise HTTPError(503, "no_leader", "leadership changed; retry",
                         headers={"Retry-After": "1"}) from None
     return await _hand_over(request, ctx, worker_id, response)
+
+
+def _ahead(body: dict[str, Any]) -> tuple[bool, str | None]:
+    """`ahead`: the worker starts each run at its lease's `start_at_ms` (core.ahead);
+    `ahead_refused`: why a worker that can does not (counted in /metrics)."""
+    ahead = body.get("ahead", False)
+    if not isinstance(ahead, bool):
+        raise ValidationError("ahead", "must be true or false")
+    refused = body.get("ahead_refused")
+    if refused is not None and refused not in REFUSAL_REASONS:
+        raise ValidationError("ahead_refused", f"must be one of {', '.join(REFUSAL_REASONS)}"
+                              " or null")
+    return ahead, None if ahead else refused
+
+
+def _plain_lease_response(leases: list[dict[str, Any]]) -> JSONResponse:
+    return JSONResponse({"leases": leases})
+
+
+def _lease_response(leases: list[dict[str, Any]]) -> JSONResponse:
+    """An answer to a poll for runs ahead: with the leader's clock as it answers, from
+    which the worker times each run's start (core.ahead.start_delay_s)."""
+    return JSONResponse({"leases": leases, "server_now_ms": now_ms()})
 
 
 async def _hand_over(request: Request, ctx: ApiContext, worker_id: str,
@@ -242,9 +269,13 @@ async def heartbeats(request: Request) -> JSONResponse:
     body = _object(await json_body(request))
     worker_id = _worker_id(body)
     pairs = _pairs(body.get("attempts"), "attempts")
+    before_start = body.get("before_start", False)
+    if not isinstance(before_start, bool):
+        raise ValidationError("before_start", "must be true or false")
     queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
                                    [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
-    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, pairs, queues))
+    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, pairs, queues,
+                                               before_start))
     return JSONResponse({"results": result["results"]})
 
 

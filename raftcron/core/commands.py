@@ -326,6 +326,12 @@ class Lease(Command):
     within the job's `ack_timeout_s`; one that is not acknowledged by then is released by
     the sweeper and leased again. False for workers that made no such promise and for
     every entry written before the field existed: those leases count as delivered.
+
+    `ahead_ms`: dispatch ahead (issue 18 §4). `now_ms` is then the leader's real time, and
+    a run due up to `ahead_ms` later may be leased: its lease names the instant it may start
+    (`start_at_ms`) and its runtime and heartbeat deadlines count from that instant; a run
+    of a paused job is never leased ahead of its instant. 0 (every entry written before
+    the field existed): `now_ms` is the hand-out instant and only runs due by then go.
     """
 
     TYPE: ClassVar[str] = "lease"
@@ -335,6 +341,7 @@ class Lease(Command):
     worker_id: str
     attempt_ids: list[str] = field(default_factory=list)
     acknowledge: bool = False
+    ahead_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +459,10 @@ class Heartbeat(Command):
     # The queues the worker's token may lease (None: any, and entries written before
     # this field): apply refuses an attempt on any other queue.
     queues: list[str] | None = None
+    # The worker's check just before the instant of runs it leased ahead and has not
+    # started: a run whose job was paused since is skipped (`paused`), not started.
+    # False for every entry written before the field existed.
+    before_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)

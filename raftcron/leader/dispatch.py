@@ -99,8 +99,16 @@ class Dispatcher:
         proposer: Proposer,
         open_reader: Callable[[], sqlite3.Connection],
         clock: Callable[[], int] = now_ms,
+        ahead_ms: int = 0,
+        herd_ahead_ms: int = 0,
     ) -> None:
         self.epoch = epoch
+        self.ahead_ms = ahead_ms
+        """Dispatch ahead: how long before its instant a run may go to a worker that asks
+        for runs ahead (0: never)."""
+        self.herd_ahead_ms = max(ahead_ms, herd_ahead_ms) if ahead_ms else 0
+        """The same for a herd (at least HERD_SIZE runs due within GROUP_MS): leasing 33,000
+        runs takes seconds, so they start leasing earlier to be out by their instant."""
         self.proposer = proposer
         self.open_reader = open_reader
         self.clock = clock
@@ -209,16 +217,8 @@ class Dispatcher:
         if next_due - now > HERD_LEASE_LEAD_MS:
             return [], now, next_due - HERD_LEASE_LEAD_MS  # look again when a herd could go
         window = (*queues, next_due, next_due + GROUP_MS)
-        herd_key = (tuple(sorted(queues)), next_due)
-        if herd_key not in self.herds:
-            size = self._conn.execute(
-                "SELECT count(*) FROM attempts WHERE status = 'pending' "
-                f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?", window,
-            ).fetchone()[0]
-            if size < HERD_SIZE:
-                return [], now, next_due - LEASE_LEAD_MS
-            # Remembered: the herd's last few hundred runs are still part of it.
-            self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
+        if not self._is_herd(queues, next_due, now):
+            return [], now, next_due - LEASE_LEAD_MS
         rows = self._conn.execute(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?{not_held} "
@@ -266,6 +266,71 @@ class Dispatcher:
         backfill_ids, backfill_stamp = self._choose(backfill, n_backfill, now)
         return live_ids + backfill_ids, max(live_stamp, backfill_stamp)
 
+    def _is_herd(self, queues: list[str], instant: int, now: int) -> bool:
+        """Whether at least HERD_SIZE runs are pending within GROUP_MS from `instant`."""
+        assert self._conn is not None
+        herd_key = (tuple(sorted(queues)), instant)
+        if herd_key in self.herds:
+            return True
+        size = self._conn.execute(
+            "SELECT count(*) FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({','.join('?' * len(queues))}) AND not_before_ms BETWEEN ? AND ?",
+            (*queues, instant, instant + GROUP_MS),
+        ).fetchone()[0]
+        if size < HERD_SIZE:
+            return False
+        # Remembered: the herd's last few hundred runs are still part of it.
+        self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
+        return True
+
+    def _select_ahead(self, queues: list[str], limit: int, now: int
+                      ) -> tuple[list[str], int, int | None]:
+        """Choose attempts due by `now + ahead_ms` for a worker that starts each at its
+        instant (core.ahead): due ones first, fairly; or else the next herd's, up to
+        `herd_ahead_ms` before it. A not-yet-due run of a paused job is left out (the Lease
+        would refuse it). Returns (ids, the lead they were chosen with, when to look again
+        if none)."""
+        if self._conn is None:
+            self._conn = self.open_reader()
+        marks = ",".join("?" * len(queues))
+        not_held, held = self._not_held()
+        horizon = now + self.ahead_ms
+        rows = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms <= ? AND (not_before_ms <= ? OR job_id "
+            f"NOT IN (SELECT id FROM jobs WHERE paused)){not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, horizon, now, *held, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        rows = [r for r in rows if r[0] not in self.reserved]
+        if rows and any(identity.is_backfill(r[0]) for r in rows):
+            rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
+        if rows:
+            ids, _ = self._choose_sharing(rows, limit, now, tuple(sorted(queues)))
+            return ids, self.ahead_ms, None
+        next_due = self._conn.execute(
+            "SELECT min(not_before_ms) FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms > ?", (*queues, horizon),
+        ).fetchone()[0]
+        if next_due is None:
+            return [], 0, None
+        herd_lead = self.herd_ahead_ms
+        if next_due - now > herd_lead:
+            return [], 0, next_due - herd_lead  # look again when a herd could go
+        if herd_lead <= self.ahead_ms or not self._is_herd(queues, next_due, now):
+            return [], 0, next_due - self.ahead_ms
+        rows = self._conn.execute(
+            "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
+            f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? AND job_id "
+            f"NOT IN (SELECT id FROM jobs WHERE paused){not_held} "
+            "ORDER BY not_before_ms, id LIMIT ?",
+            (*queues, next_due, next_due + GROUP_MS, *held, limit * 4 + len(self.reserved)),
+        ).fetchall()
+        rows = [r for r in rows if r[0] not in self.reserved]
+        if not rows:
+            return [], 0, next_due - self.ahead_ms
+        return fair_order([(r[0], r[1], r[2]) for r in rows], limit), herd_lead, None
+
     @staticmethod
     def _choose(group: list[tuple], limit: int, now: int) -> tuple[list[str], int]:
         """Fair pick from one group of (id, tenant, job, not_before) rows, and its stamp:
@@ -276,10 +341,13 @@ class Dispatcher:
 
     async def lease(self, worker_id: str, queues: list[str], max_n: int, wait_s: float,
                     prepare: Callable[[list[dict[str, Any]]], T] = _as_is,
-                    acknowledge: bool = False) -> T:
+                    acknowledge: bool = False, ahead: bool = False) -> T:
         """Long-poll for up to `wait_s` seconds; returns `prepare(leases)`.
 
         `acknowledge`: the worker acknowledges each lease (see core.commands.Lease).
+        `ahead`: the worker starts each run at its lease's `start_at_ms` (its clock agrees
+        with the cluster's): runs due within `ahead_ms` are leased and handed out at once.
+        Otherwise a run is handed out at its instant, as before.
 
         `prepare` runs as soon as the Lease is committed, before the wait for the leases'
         instant: a caller that encodes the response there hands out a herd of 10,000
@@ -293,16 +361,21 @@ class Dispatcher:
                 raise LostEpoch("leadership ended")
             changed = self._changed
             now = self.clock()
+            lead_ms = self.ahead_ms if ahead else 0
             if not self.gate():
-                # An untrusted clock would hand runs out early: lease nothing for now.
+                # An untrusted clock would hand runs out early: lease nothing for now,
+                # ahead or not.
                 ids, stamp, next_due = [], now, None
+            elif lead_ms:
+                stamp = now
+                ids, lead_ms, next_due = self._select_ahead(queues, max_n, now)
             else:
                 ids, stamp, next_due = self._select(queues, max_n, now)
             if ids:
                 self.reserved.update(ids)
                 try:
                     result = await self.proposer.propose_leader(
-                        c.Lease(self.epoch, stamp, worker_id, ids, acknowledge)
+                        c.Lease(self.epoch, stamp, worker_id, ids, acknowledge, lead_ms)
                     )
                 finally:
                     self.reserved.difference_update(ids)
@@ -311,9 +384,10 @@ class Dispatcher:
                 newly_held = self._hold(result)
                 if result["leases"]:
                     prepared = prepare(result["leases"])
-                    # Committed ahead of time: nothing is handed out before its instant.
+                    # Committed ahead of time: nothing is handed out before its instant
+                    # (unless the worker starts each run at its instant itself).
                     early_ms = stamp - self.clock()
-                    if early_ms > 0:
+                    if early_ms > 0 and not lead_ms:
                         await asyncio.sleep(early_ms / 1000)
                     return prepared
                 if newly_held:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.proposer import Proposer
+from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_HERD_S, DEFAULT_LEASE_AHEAD_S
 from raftcron.core.delivery import DEFAULT_GIVE_UP_S
 from raftcron.leader.availability import ClockConfirmations
 from raftcron.leader.backlog import DEFAULT_BOUND_S, BacklogAlerts
@@ -42,6 +43,9 @@ class DutySettings:
     retention_s: float | None = DEFAULT_RETENTION_S
     # A queue whose oldest due run waited longer than this raises its `backlog` alert.
     backlog_alert_s: float = DEFAULT_BOUND_S
+    # Dispatch ahead: how far before its instant a run may be leased (0: never).
+    lease_ahead_ms: int = int(DEFAULT_LEASE_AHEAD_S * 1000)
+    lease_ahead_herd_ms: int = int(DEFAULT_LEASE_AHEAD_HERD_S * 1000)
 
 
 class LeaderDuties:
@@ -55,7 +59,9 @@ class LeaderDuties:
         self.epoch = epoch
         self.ticker = Ticker(epoch, proposer, open_reader)
         self.sweeper = Sweeper(epoch, proposer, open_reader)
-        self.dispatcher = Dispatcher(epoch, proposer, open_reader)
+        self.dispatcher = Dispatcher(epoch, proposer, open_reader,
+                                     ahead_ms=settings.lease_ahead_ms,
+                                     herd_ahead_ms=settings.lease_ahead_herd_ms)
         self.deadlines = Deadlines(epoch, proposer, open_reader)
         self.run_bounds = RunBounds(epoch, proposer, open_reader)
         self.availability = ClockConfirmations(epoch, proposer)

@@ -42,7 +42,7 @@ def _job_spec(conn: sqlite3.Connection, job_id: str, cache: dict[str, Any]) -> d
 
 LEASE_LOAD = (
     "SELECT a.id, a.occurrence_id, a.job_id, a.number, a.status, a.not_before_ms, "
-    "o.scheduled_for_ms, o.kind, j.spec, a.tenant FROM attempts a "
+    "o.scheduled_for_ms, o.kind, j.spec, a.tenant, j.paused FROM attempts a "
     "JOIN occurrences o ON o.id = a.occurrence_id LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.id IN ({marks})"
 )
@@ -60,6 +60,12 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     A lease the worker promised to acknowledge (`cmd.acknowledge`) gets an
     acknowledgement deadline, `ack_timeout_s` after it is handed out (`now_ms` is that
     instant); the sweeper releases it if the deadline passes unacknowledged.
+
+    Ahead (`cmd.ahead_ms`, see core.commands.Lease): a run due by `now_ms + ahead_ms` may
+    go, except a not-yet-due run of a paused job; it starts at its instant (`start_at_ms`,
+    at least now), from which its heartbeat and runtime deadlines count. The
+    acknowledgement deadline counts from now: the worker acknowledges on receipt, not at
+    the instant.
     """
     conn = ctx.conn
     seq = ctx.meta(META_FENCING_SEQ)
@@ -81,9 +87,12 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     policies: dict[str, Any] = {}
     for attempt_id in ids:
         row = found.get(attempt_id)
-        if row is None or row[4] != "pending" or row[5] > cmd.now_ms or row[8] is None:
+        if (row is None or row[4] != "pending" or row[5] > cmd.now_ms + cmd.ahead_ms
+                or row[8] is None or (row[5] > cmd.now_ms and row[10])):
             continue
-        _, occ_id, job_id, number, _, _, scheduled_for, kind, spec_json, tenant = row
+        _, occ_id, job_id, number, _, not_before, scheduled_for, kind, spec_json, tenant = \
+            row[:10]
+        start = max(cmd.now_ms, not_before) if cmd.ahead_ms else cmd.now_ms
         spec = parse_spec(spec_json)
         denied = check_job_policy(conn, tenant, spec, policies)
         if denied is not None:
@@ -117,8 +126,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         ack_timeout_s = spec.get("ack_timeout_s", DEFAULT_ACK_TIMEOUT_S)
         att_updates.append((
             cmd.worker_id, token, cmd.now_ms, cmd.now_ms,
-            cmd.now_ms + spec["heartbeat_timeout_s"] * 1000,
-            cmd.now_ms + runtime * 1000 if runtime else None,
+            start + spec["heartbeat_timeout_s"] * 1000,
+            start + runtime * 1000 if runtime else None,
             cmd.now_ms + ack_timeout_s * 1000 if cmd.acknowledge else None, attempt_id,
         ))
         occ_updates.append((number, occ_id))
@@ -137,6 +146,9 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             "max_runtime_s": runtime,
             "heartbeat_interval_s": max(1, spec["heartbeat_timeout_s"] // 3),
             **({"ack_timeout_s": ack_timeout_s} if cmd.acknowledge else {}),
+            # The run's own instant, not `start`: a leader whose clock jumped ahead before its
+            # guard noticed would otherwise name its own wrong "now" as the instant.
+            **({"start_at_ms": not_before} if cmd.ahead_ms else {}),
         })
     conn.executemany(
         "UPDATE attempts SET status = 'running', worker_id = ?, fencing_token = ?, "
@@ -205,6 +217,12 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
             results.append({"attempt_id": attempt_id, **rejected(
                 errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")})
             continue
+        if cmd.before_start and not att[A_CANCEL] and _job_paused(conn, att[A_JOB]):
+            _skip_paused(ctx, att, cmd.now_ms)
+            results.append({"attempt_id": attempt_id, **rejected(
+                errors.LEASE_EXPIRED, "the job was paused before this run started: the "
+                "run is skipped (paused)")})
+            continue
         window = att[A_EXPIRES] - att[A_HB]
         conn.execute(
             "UPDATE attempts SET heartbeat_ms = ?, lease_expires_ms = ?, "
@@ -214,6 +232,20 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
         )
         results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
     return ok(results=results)
+
+
+def _job_paused(conn: sqlite3.Connection, job_id: str) -> bool:
+    row = conn.execute("SELECT paused FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return bool(row and row[0])
+
+
+def _skip_paused(ctx: ApplyContext, att: tuple, now_ms: int) -> None:
+    """A run leased ahead whose job was paused before it started: it never runs, and its
+    instant is accounted for as a paused skip, as if the pause had come before the claim."""
+    ctx.conn.execute(
+        "UPDATE attempts SET status = 'cancelled', finished_ms = ?, error = ? WHERE id = ?",
+        (now_ms, "job paused before the run started", att[A_ID]))
+    _finish_occurrence(ctx, att[A_OCC], "skipped", now_ms, policy.SKIP_PAUSED)
 
 
 def _finish_occurrence(ctx: ApplyContext, occ_id: str, status: str, now_ms: int,

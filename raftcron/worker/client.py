@@ -11,11 +11,14 @@ largest Retry-After seen).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from raftcron.core.ahead import start_delay_s
 
 log = logging.getLogger("raftcron.worker")
 
@@ -63,10 +66,23 @@ class Lease:
     http_rule: Mapping[str, Any] | None = None
     """The tenant's host rule, checked again on the resolved addresses (worker.egress);
     None: the tenant has no policy."""
+    start_at_ms: int | None = None
+    """Leased ahead: the instant the run may start, the cluster's time."""
+    start_mono_s: float | None = None
+    """Leased ahead: the monotonic instant (this process's clock) before which the run must
+    not start, from the lease's `start_at_ms` and the answer's `server_now_ms`
+    (core.ahead). None: it may start at once."""
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Lease:
+    def from_dict(cls, d: Mapping[str, Any], server_now_ms: Any = None,
+                  received_mono_s: float | None = None) -> Lease:
         runtime = d.get("max_runtime_s")
+        start_at = d.get("start_at_ms")
+        start_mono = None
+        if start_at is not None:
+            if not isinstance(server_now_ms, int) or received_mono_s is None:
+                raise ValueError("a lease with start_at_ms needs the answer's server_now_ms")
+            start_mono = received_mono_s + start_delay_s(int(start_at), server_now_ms)
         return cls(
             attempt_id=str(d["attempt_id"]),
             occurrence_id=str(d["occurrence_id"]),
@@ -81,6 +97,8 @@ class Lease:
             tenant=str(d.get("tenant") or ""),
             ack_timeout_s=None if d.get("ack_timeout_s") is None else int(d["ack_timeout_s"]),
             http_rule=d.get("http_rule") if isinstance(d.get("http_rule"), Mapping) else None,
+            start_at_ms=None if start_at is None else int(start_at),
+            start_mono_s=start_mono,
         )
 
     def ref(self) -> dict[str, Any]:
@@ -199,9 +217,19 @@ class WorkerClient:
         self._preferred = (self._preferred + 1) % n
         raise ServerUnavailable("no server answered: " + "; ".join(failures), retry_after)
 
+    async def server_now_ms(self) -> float:
+        """The current server's wall clock (`GET /healthz`), for the worker's clock check."""
+        resp = await self._http.get(self.current_server + "/healthz", timeout=2.0)
+        resp.raise_for_status()
+        value = resp.json().get("now_ms")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("/healthz carries no now_ms")
+        return float(value)
+
     async def lease(
         self, worker_id: str, queues: list[str], max_leases: int, wait_s: float,
-        *, acknowledge: bool = True,
+        *, acknowledge: bool = True, ahead: bool = False, ahead_refused: str | None = None,
+        on_server_time: Callable[[int], None] | None = None,
     ) -> list[Lease]:
         """Long-poll for up to `max_leases` leases.
 
@@ -210,23 +238,44 @@ class WorkerClient:
         acknowledges, and the server releases and leases them again, uncounted, after the
         job's `ack_timeout_s`. Without it they wait out their heartbeat timeout and use up
         an attempt.
+
+        With `ahead` the caller starts each run no earlier than its `Lease.start_mono_s`
+        (runs due within the server's `lease_ahead_s` may come before their instant);
+        `ahead_refused` tells the server why a worker does not (core.ahead).
+        `on_server_time` gets the answer's `server_now_ms`, when it has one.
         """
-        body = {"worker_id": worker_id, "queues": queues, "max": max_leases, "wait_s": wait_s,
-                "acknowledge": acknowledge}
+        body: dict[str, Any] = {"worker_id": worker_id, "queues": queues, "max": max_leases,
+                                "wait_s": wait_s, "acknowledge": acknowledge}
+        if ahead:
+            body["ahead"] = True
+        elif ahead_refused is not None:
+            body["ahead_refused"] = ahead_refused
         data = await self.post("/v1/leases", body, timeout_s=wait_s + self.timeout_s)
+        received = time.monotonic()
+        server_now = data.get("server_now_ms")
+        if isinstance(server_now, int) and not isinstance(server_now, bool):
+            if on_server_time is not None:
+                on_server_time(server_now)
+        else:
+            server_now = None
         leases = []
         for raw in data.get("leases") or []:
             try:
-                leases.append(Lease.from_dict(raw))
+                leases.append(Lease.from_dict(raw, server_now, received))
             except (KeyError, TypeError, ValueError) as e:
                 log.error("ignoring malformed lease %r: %s", raw, e)
         return leases
 
     async def heartbeat(
-        self, worker_id: str, leases: list[Lease], *, timeout_s: float | None = None
+        self, worker_id: str, leases: list[Lease], *, timeout_s: float | None = None,
+        before_start: bool = False,
     ) -> dict[str, dict[str, Any]]:
-        """Batched heartbeat; returns each attempt's result keyed by attempt id."""
-        body = {"worker_id": worker_id, "attempts": [lease.ref() for lease in leases]}
+        """Batched heartbeat; returns each attempt's result keyed by attempt id.
+        `before_start`: the check just before the instant of runs leased ahead."""
+        body: dict[str, Any] = {"worker_id": worker_id,
+                                "attempts": [lease.ref() for lease in leases]}
+        if before_start:
+            body["before_start"] = True
         data = await self.post("/v1/heartbeats", body, timeout_s=timeout_s)
         return _by_attempt(data)
 

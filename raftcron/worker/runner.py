@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -52,7 +53,9 @@ from typing import Any
 
 import httpx
 
+from raftcron.core.ahead import OffsetSample
 from raftcron.worker.client import ApiError, Lease, ServerUnavailable, WorkerClient
+from raftcron.worker.clock import PROBE_EVERY_S, WorkerClock
 from raftcron.worker.executors import DEFAULT_KILL_GRACE_S, Cancel, RunResult, execute
 from raftcron.worker.isolation import RunAs
 from raftcron.worker.secrets import SecretsError, SecretsFile
@@ -61,6 +64,17 @@ log = logging.getLogger("raftcron.worker")
 
 PREFETCH_PER_SLOT = 16
 EWMA_WEIGHT = 0.2  # of the newest sample in the run-time and round-trip averages
+
+# A run leased ahead is checked with the server this long before its instant (a paused
+# job, a cancel); runs whose instants lie within START_GROUP_S share one check.
+BEFORE_START_CHECK_S = 0.3
+START_GROUP_S = 0.05
+
+
+def _start_of(run: _Run) -> float:
+    start = run.lease.start_mono_s
+    return 0.0 if start is None else start
+
 
 LEASE_REJECTIONS = frozenset({"stale_token", "lease_expired", "foreign_lease", "not_found"})
 
@@ -124,6 +138,10 @@ class WorkerOptions:
     token may ask a node that lacks it."""
     secrets_file: str | None = None
     """JSON file of the secrets that job targets may name (raftcron.worker.secrets)."""
+    lease_ahead: bool = True
+    """Take runs due within the server's `lease_ahead_s` before their instant, and start
+    each at its instant (core.ahead), while this worker's clock agrees with the server's
+    within the tolerance (worker.clock). False: only runs already due."""
     prefetch: int | None = None
     """At most this many leases held beyond the concurrency, acknowledged and waiting for a
     slot (None: PREFETCH_PER_SLOT x the concurrency; 0: lease only for free slots). How
@@ -281,6 +299,10 @@ class Worker:
         self._acking = 0
         """Leases whose acknowledgement is in flight."""
         self._ack_tasks: set[asyncio.Task[None]] = set()
+        self._waiting: dict[str, _Run] = {}
+        """Acknowledged leases taken ahead, waiting for their instant (core.ahead)."""
+        self._instant_tasks: set[asyncio.Task[None]] = set()
+        self.clock = WorkerClock()
         self._stopping = False
         self._leased_once = False  # a lease request was answered (the config works)
         self._changed = asyncio.Event()
@@ -308,21 +330,24 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """Leases this worker holds: running, being acknowledged, or waiting for a slot."""
-        return len(self._runs) + self._acking + len(self._ready)
+        """Leases this worker holds: running, being acknowledged, waiting for their instant
+        or for a slot."""
+        return len(self._runs) + self._acking + len(self._waiting) + len(self._ready)
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("worker %s starting: servers=%s queues=%s concurrency=%d", self.worker_id,
                  ",".join(self.client.servers), ",".join(self.queues) or "-", self.concurrency)
         reporter = asyncio.create_task(self.reporter.run(), name="raftcron-reporter")
         heartbeats = asyncio.create_task(self._heartbeat_loop(), name="raftcron-heartbeats")
+        clock = asyncio.create_task(self._clock_loop(), name="raftcron-clock")
         try:
             await self._lease_loop(stop)
             self._stopping = True
             log.info("worker %s stopping: %d run(s) in flight", self.worker_id, len(self._runs))
             if self._ack_tasks:
                 await asyncio.wait(set(self._ack_tasks))
-            unstarted = list(self._ready.values())
+            unstarted = [*self._waiting.values(), *self._ready.values()]
+            self._waiting.clear()
             self._ready.clear()
             await self._release([r.lease for r in unstarted if r.lost is None])
             await self._drain()
@@ -331,13 +356,13 @@ class Worker:
                     log.error("could not report attempt=%s before exiting; outcome was %r",
                               c["attempt_id"], c)
         finally:
-            for task in (heartbeats, reporter, *self._ack_tasks):
+            for task in (heartbeats, reporter, clock, *self._ack_tasks, *self._instant_tasks):
                 task.cancel()
             for run in list(self._runs.values()):
                 if run.task is not None:
                     run.task.cancel()
             await asyncio.gather(
-                heartbeats, reporter, *self._ack_tasks,
+                heartbeats, reporter, clock, *self._ack_tasks, *self._instant_tasks,
                 *(r.task for r in self._runs.values() if r.task is not None),
                 return_exceptions=True,
             )
@@ -361,8 +386,15 @@ class Worker:
             wait_s = min(wait_s, self.options.wait_s)
             # An in-flight poll is not abandoned on stop: its leases are released below
             # instead of being left to expire on the server.
+            refused = self.clock.refusal() if self.options.lease_ahead else None
+            # The sample the poll asked ahead with: the answer may make the worker drop it
+            # (a server time far off), and its runs are still timed by it.
+            sample = self.clock.sample
             try:
-                leases = await self.client.lease(self.worker_id, self.queues, free, wait_s)
+                leases = await self.client.lease(
+                    self.worker_id, self.queues, free, wait_s,
+                    ahead=self.options.lease_ahead and refused is None, ahead_refused=refused,
+                    on_server_time=self.clock.check_lease_time)
             except ServerUnavailable as e:
                 delay = backoff.next(e.retry_after)
                 log.warning("leasing failed (%s); retrying in %.1fs", e, delay)
@@ -389,6 +421,14 @@ class Worker:
                 continue
             self._leased_once = True
             backoff.reset()
+            timed = [self._not_before_own_clock(lease, sample) for lease in leases]
+            untimed = [lease for lease, t in zip(leases, timed, strict=True) if t is None]
+            if untimed:
+                log.warning("releasing %d lease(s) taken ahead: this worker's clock cannot say "
+                            "when their instant comes (it stepped during the poll)",
+                            len(untimed))
+                await self._release(untimed)
+            leases = [t for t in timed if t is not None]
             if stop.is_set():
                 await self._release(leases)
                 break
@@ -398,6 +438,24 @@ class Worker:
                             len(extra), free)
                 await self._release(extra)
             self._acknowledge_in_background(leases[:free])
+
+    def _not_before_own_clock(self, lease: Lease, sample: OffsetSample | None
+                              ) -> Lease | None:
+        """A lease taken ahead starts at the later of two readings of its instant: the
+        server's time that came with it (counted on the monotonic clock), and this worker's
+        own clock corrected by `sample`, the offset it polled with. Either clock may have
+        jumped just before the answer (the leader's before its guard noticed, this
+        worker's during the poll); the later reading is never early by the other one's
+        jump. None (fail closed: not started, released) when this worker's clock has no
+        reading of the instant."""
+        if lease.start_at_ms is None or lease.start_mono_s is None:
+            return lease
+        own = self.clock.not_before_mono(lease.start_at_ms, sample)
+        if own is None:
+            return None
+        if own <= lease.start_mono_s:
+            return lease
+        return dataclasses.replace(lease, start_mono_s=own)
 
     def _acknowledge_in_background(self, leases: list[Lease]) -> None:
         """Acknowledge a batch while the next poll goes out; accepted leases join the
@@ -414,12 +472,22 @@ class Worker:
                 self._acking -= len(leases)
             if accepted:
                 self._observe("_round_trip_s", 2 * (asyncio.get_running_loop().time() - began))
+            now = asyncio.get_running_loop().time()
+            ahead: list[_Run] = []
             for lease in accepted:
-                if lease.attempt_id in self._runs or lease.attempt_id in self._ready:
+                if (lease.attempt_id in self._runs or lease.attempt_id in self._ready
+                        or lease.attempt_id in self._waiting):
                     log.warning("lease for %s is already held here; ignoring the duplicate",
                                 lease.ids())
                     continue
-                self._ready[lease.attempt_id] = _Run(lease)
+                run = _Run(lease)
+                if lease.start_mono_s is not None and lease.start_mono_s > now:
+                    self._waiting[lease.attempt_id] = run
+                    ahead.append(run)
+                else:
+                    self._ready[lease.attempt_id] = run
+            if ahead:
+                self._start_at_instants(ahead)
             self._fill()
 
         task = asyncio.create_task(acknowledge(), name="raftcron-acknowledge")
@@ -431,6 +499,72 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("acknowledging leases failed", exc_info=task.exception())
         self._changed.set()
+
+    def _start_at_instants(self, runs: list[_Run]) -> None:
+        task = asyncio.create_task(self._at_instants(runs), name="raftcron-instants")
+        self._instant_tasks.add(task)
+        task.add_done_callback(self._instant_done)
+
+    def _instant_done(self, task: asyncio.Task[None]) -> None:
+        self._instant_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("waiting for the instants of leases taken ahead failed",
+                      exc_info=task.exception())
+
+    async def _at_instants(self, runs: list[_Run]) -> None:
+        """Runs leased ahead: check them with the server `BEFORE_START_CHECK_S` before their
+        instant (cancelled, lease gone, job paused since: not started), then move them to
+        the slot queue at their instant, never before (`Lease.start_mono_s`)."""
+        loop = asyncio.get_running_loop()
+        runs = sorted(runs, key=_start_of)
+        while runs and not self._stopping:
+            first = _start_of(runs[0])
+            group = [r for r in runs if _start_of(r) <= first + START_GROUP_S]
+            runs = runs[len(group):]
+            await asyncio.sleep(max(0.0, first - BEFORE_START_CHECK_S - loop.time()))
+            if self._stopping:
+                return
+            await self._check_before_start([r for r in group if r.lost is None])
+            await asyncio.sleep(max(0.0, max(_start_of(r) for r in group) - loop.time()))
+            if self._stopping:
+                return
+            for run in group:
+                if self._waiting.pop(run.lease.attempt_id, None) is not None:
+                    self._ready[run.lease.attempt_id] = run
+            self._fill()
+
+    async def _check_before_start(self, runs: list[_Run]) -> None:
+        """One `before_start` heartbeat for runs about to start; fail closed: a run with no
+        answer within `ack_give_up_s` is not started (its lease expires on the server)."""
+        if not runs:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.options.ack_give_up_s
+        backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
+        waiting = runs
+        while waiting and not self._stopping:
+            try:
+                results = await self.client.heartbeat(
+                    self.worker_id, [r.lease for r in waiting], before_start=True)
+            except ServerUnavailable as e:
+                if loop.time() >= give_up:
+                    for run in waiting:
+                        run.lost = run.lost or "no answer to the check before its start"
+                    return
+                await asyncio.sleep(backoff.next(e.retry_after))
+                continue
+            except ApiError as e:
+                for run in waiting:
+                    run.lost = run.lost or f"check before its start refused ({e.code})"
+                return
+            unanswered = []
+            for run in waiting:
+                r = results.get(run.lease.attempt_id)
+                if r is None:
+                    unanswered.append(run)
+                else:
+                    self._apply_heartbeat(run, r)
+            waiting = unanswered
 
     def _fill(self) -> None:
         """Start waiting acknowledged leases in the free slots (none once stopping: those
@@ -542,16 +676,18 @@ class Worker:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
         retry_in: float | None = None
         while True:
-            if not self._runs and not self._ready:
+            if not self._runs and not self._ready and not self._waiting:
                 retry_in = None
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            held = [*self._runs.values(), *self._ready.values()]
+            held = [*self._runs.values(), *self._waiting.values(), *self._ready.values()]
             interval = float(min(r.lease.heartbeat_interval_s for r in held))
             await asyncio.sleep(interval if retry_in is None else retry_in)
-            # Acknowledged leases waiting for a slot are kept alive like running ones.
-            runs = [r for r in (*self._runs.values(), *self._ready.values()) if r.lost is None]
+            # Acknowledged leases waiting for their instant or a slot are kept alive like
+            # running ones.
+            runs = [r for r in (*self._runs.values(), *self._waiting.values(),
+                                *self._ready.values()) if r.lost is None]
             if not runs:
                 continue
             timeout = max(1.0, min(self.options.request_timeout_s, interval))
@@ -600,6 +736,14 @@ class Worker:
             log.warning("heartbeat for %s rejected: %s: %s; stopping the run and not "
                         "reporting it", run.lease.ids(), code, r.get("message", ""))
             run.cancel.set(f"lease lost ({code})")
+
+    async def _clock_loop(self) -> None:
+        """Measure the server's clock every PROBE_EVERY_S (worker.clock)."""
+        if not self.options.lease_ahead:
+            return
+        while True:
+            await self.clock.probe(self.client.server_now_ms)
+            await asyncio.sleep(PROBE_EVERY_S)
 
     async def _release(self, leases: list[Lease]) -> None:
         if not leases:

@@ -790,3 +790,49 @@ def test_a_job_created_without_a_misfire_policy_is_checked_against_the_products_
             job.pop("misfire_policy", None)
     v = check(run)["violations"]
     assert ("misfire_policy" not in v) is ok, v.get("misfire_policy")
+
+
+def _worker_clock_bump(run: dict[str, Any], at: float, offset_ms: int) -> None:
+    run["history"] += [
+        {"seed": 7, "process": "nemesis", "type": "start", "f": "clock-bump-worker", "op": 90,
+         "cluster_wall": at, "wall": at, "mono": 0, "targets": ["w1"], "offset_ms": offset_ms},
+        {"seed": 7, "process": "nemesis", "type": "stop", "f": "clock-bump-worker", "op": 90,
+         "cluster_wall": at + 8, "wall": at + 8, "mono": 0, "targets": ["w1"]}]
+
+
+def test_a_run_leased_ahead_and_started_early_under_a_worker_clock_bump_is_flagged() -> None:
+    """A worker 4 s ahead that trusted its own clock for a run leased ahead: the effect
+    reached the sink 4 s before the instant, which the early-fire check must flag."""
+    run = clean_run()
+    _worker_clock_bump(run, T0 + 20, 4_096)
+    s = run["sink"][13]
+    instant = ts_of({"scheduled_for": s["scheduled_for"]})
+    assert T0 + 20 < instant < T0 + 28
+    run["final"]["attempts"]["n1"][s["occurrence"]][0]["leased_at"] = iso(instant - 1.5)
+    s["cluster_wall"] = instant - 4.096 + 0.01
+    result = check_run(run, required_coverage=("worker_clock_skew",))
+    [v] = result["violations"]["early_fire"]
+    assert v["occurrence"] == s["occurrence"] and v["early_s"] == pytest.approx(4.086, abs=1e-3)
+    assert result["stats"]["coverage"]["worker_clock_skew"] == 1
+    assert "coverage_missing" not in result["violations"]
+
+
+def test_runs_leased_ahead_that_start_at_their_instant_under_a_worker_clock_bump_pass() -> None:
+    run = clean_run()
+    _worker_clock_bump(run, T0 + 20, -4_096)
+    for attempts in run["final"]["attempts"]["n1"].values():
+        attempts[0]["leased_at"] = iso(datetime.fromisoformat(
+            attempts[0]["leased_at"].replace("Z", "+00:00")).timestamp() - 1.0)
+    assert check_run(run, required_coverage=("worker_clock_skew",))["violations"] == {}
+
+
+@pytest.mark.parametrize("seed", [101, 1801, 8675309])
+def test_the_ci_plan_bumps_a_workers_clock_on_top_of_a_node_fault(seed: int) -> None:
+    from chaos.nemesis import PAIR_FIRST_KINDS, plan
+
+    schedule = plan(seed, "ci", 300)
+    [host] = [p for p in schedule if p.partner is not None]
+    assert host.partner.kind == "clock-bump-worker" and host.kind in PAIR_FIRST_KINDS
+    assert 0 <= host.partner_after_s <= host.duration_s * 0.3
+    assert host.partner_after_s + host.partner.duration_s == pytest.approx(host.duration_s)
+    assert "clock-bump-worker" not in [p.kind for p in schedule]

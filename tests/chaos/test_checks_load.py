@@ -285,3 +285,18 @@ def test_a_node_read_later_may_lack_what_retention_pruned_meanwhile() -> None:
     run["history"].append({"seed": 7, "process": "harness", "type": "note", "f": "final-read",
                            "node": "n3", "cluster_wall": END + 5, "wall": END + 5, "mono": 0})
     assert check(run)["violations"] == {}
+
+
+def test_a_finish_stamped_far_from_a_clock_fault_the_run_spanned_is_not_counted() -> None:
+    """A run that ended during a leader clock bump got its finish stamped by the skewed
+    leader, far outside the fault's window (chaos seed 1801: 131 s later): the run looked
+    running all that time. A run that spanned a clock fault has no finish time to trust."""
+    spans = [(MINUTE, MINUTE + 40), (MINUTE + 20.2, MINUTE + 23), (MINUTE + 20.4, MINUTE + 23)]
+    run = with_attempts(quota_run(3, 0, concurrent=2), spans)
+    assert set(check(run)["violations"]) == {"quota_concurrency_exceeded"}
+    run["history"] += [{"seed": 7, "process": "nemesis", "type": t, "f": "clock-bump-leader",
+                        "op": 31, "cluster_wall": at, "wall": at, "mono": 0,
+                        "targets": ["n1"]}
+                       for t, at in (("invoke", MINUTE + 5), ("start", MINUTE + 5),
+                                     ("stop", MINUTE + 10))]
+    assert check(run)["violations"] == {}

@@ -97,3 +97,14 @@ def test_outbox_give_up_defaults_to_a_day_and_takes_a_duration(tmp_path: Path) -
 def test_bad_outbox_give_up_is_a_config_error(tmp_path: Path, extra: str) -> None:
     with pytest.raises(ConfigError, match="outbox_give_up"):
         load_config(str(write(tmp_path, extra)))
+
+
+def test_lease_ahead_horizons_default_and_bounds(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path)))
+    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (2.0, 6.0)
+    cfg = load_config(str(write(tmp_path, "lease_ahead_s = 0\nlease_ahead_herd_s = 10")))
+    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (0.0, 10.0)
+    for bad in ("lease_ahead_s = -1", "lease_ahead_s = 11", 'lease_ahead_s = "2s"',
+                "lease_ahead_s = true", "lease_ahead_herd_s = 60"):
+        with pytest.raises(ConfigError, match="lease_ahead"):
+            load_config(str(write(tmp_path, bad)))

@@ -1,0 +1,75 @@
+"""Dispatch ahead (issue 18 §4): the arithmetic of starting a run leased before its instant.
+
+A run due at T may be leased up to the node's `lease_ahead_s` before T. Its lease names
+the instant it may start (`start_at_ms`, the cluster's time) and the response carries the
+leader's clock when it was answered (`server_now_ms`). The worker then waits
+`start_at_ms - server_now_ms` on its monotonic clock, counted from when the response
+arrived: the answer left the server after `server_now_ms`, so however long it travelled,
+the run starts at or after T by the server's clock, and a step of the worker's wall clock
+during the wait changes nothing.
+
+The worker only asks for runs ahead while its own wall clock agrees with the cluster's
+within `CLOCK_TOLERANCE_MS` (the clock guard's bound), on a fresh measurement taken since
+its wall clock last stepped. Fail closed: no measurement, a stale one, a failed probe or a
+step of its clock since the measurement means it takes only runs already due.
+
+Pure: every clock reading is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_LEASE_AHEAD_S = 2.0
+# A herd (leader.dispatch.HERD_SIZE runs due at one instant) may go this far ahead: leasing
+# 33,000 runs takes about four seconds on two cores.
+DEFAULT_LEASE_AHEAD_HERD_S = 6.0
+MAX_LEASE_AHEAD_S = 10.0
+# The clock guard's bound (leader.clock.MAX_SKEW_MS): a worker further off than this from
+# the server it measured takes nothing ahead.
+CLOCK_TOLERANCE_MS = 500
+# A measurement older than this no longer says the clocks agree.
+OFFSET_FRESH_S = 30.0
+# Reasons a worker gives for not leasing ahead (the `ahead_refused` field of a poll).
+UNMEASURED = "unmeasured"
+SKEWED = "skewed"
+REFUSAL_REASONS = (UNMEASURED, SKEWED)
+
+
+def start_delay_s(start_at_ms: int, server_now_ms: int) -> float:
+    """How long after receiving the lease its run may start (never negative)."""
+    return max(0.0, (start_at_ms - server_now_ms) / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSample:
+    """One probe of a server's clock: `offset_ms` = server clock - this worker's wall clock,
+    known to within `error_ms` (half the round trip)."""
+
+    offset_ms: float
+    error_ms: float
+    at_mono_s: float
+    wall_minus_mono_ms: float
+    """This worker's wall clock minus its monotonic clock when measured: if that moves,
+    the wall clock stepped and the sample no longer describes it."""
+
+    @classmethod
+    def measure(cls, sent_wall_ms: float, server_ms: float, received_wall_ms: float,
+                received_mono_s: float) -> OffsetSample:
+        rtt = max(0.0, received_wall_ms - sent_wall_ms)
+        return cls(offset_ms=server_ms - (sent_wall_ms + received_wall_ms) / 2,
+                   error_ms=rtt / 2, at_mono_s=received_mono_s,
+                   wall_minus_mono_ms=received_wall_ms - received_mono_s * 1000)
+
+
+def ahead_refusal(sample: OffsetSample | None, now_wall_ms: float, now_mono_s: float,
+                  tolerance_ms: float = CLOCK_TOLERANCE_MS) -> str | None:
+    """Why this worker must not take runs ahead now (None: it may)."""
+    if sample is None or now_mono_s - sample.at_mono_s > OFFSET_FRESH_S:
+        return UNMEASURED
+    stepped = abs((now_wall_ms - now_mono_s * 1000) - sample.wall_minus_mono_ms)
+    if stepped > tolerance_ms / 2:
+        return UNMEASURED  # the wall clock moved since it was measured
+    if abs(sample.offset_ms) + sample.error_ms > tolerance_ms:
+        return SKEWED
+    return None

@@ -114,8 +114,11 @@ def test_a_group_never_holds_more_than_its_limit_and_others_are_not_stalled(
     heavy = [cluster.post(leader, f"/v1/jobs/heavy{i}/trigger", {},
                           headers={"Idempotency-Key": f"k{i}-{n}"}).json()["id"]
              for n in range(2) for i in range(4)]
-    cluster.start_worker("wg1", concurrency=4, queues="q-group")
-    cluster.start_worker("wg2", concurrency=4, queues="q-group")
+    # Three workers of one slot each: without the group's limit three runs would hold
+    # leases at once, and two at once are always on two workers, so a peak of exactly 2
+    # is the limit holding across workers.
+    for worker in ("wg1", "wg2", "wg3"):
+        cluster.start_worker(worker, concurrency=1, queues="q-group")
     seen = wait_until(lambda: (g := cluster.get(
         leader, "/v1/concurrency-groups/db-heavy"))["holding"] == 2 and g["waiting"] and g,
         30, message="the group full with runs waiting")
@@ -137,7 +140,7 @@ def test_a_group_never_holds_more_than_its_limit_and_others_are_not_stalled(
         holding += step
         peak = max(peak, holding)
     assert peak == 2, f"{peak} runs of the group held leases at once"
-    assert {a["worker_id"] for o in finals for a in o["attempt_list"]} == {"wg1", "wg2"}
+    assert len({a["worker_id"] for o in finals for a in o["attempt_list"]}) >= 2
     assert ms(light_done["attempt_list"][0]["leased_at"]) < max(e for _, e in spans)
     shown = cli(cluster, leader, "group", "list")
     assert shown.returncode == 0 and "db-heavy" in shown.stdout

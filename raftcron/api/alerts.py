@@ -134,7 +134,9 @@ def _alert_id(request: Request) -> str:
     return alert_id
 
 
-async def _note(request: Request) -> str:
+async def read_note(request: Request) -> str:
+    """The body `{"note": ...}` of an action a person takes (an alert's ack or resolve, a
+    run's cancel): a non-empty reason, at most MAX_NOTE characters."""
     body = await json_body(request)
     only_fields(body, {"note"})
     note = body.get("note")
@@ -166,7 +168,7 @@ async def _visible_alert(request: Request, ctx: ApiContext, alert_id: str) -> tu
 async def _act(request: Request, action: str) -> JSONResponse:
     ctx = ctx_of(request)
     alert_id = _alert_id(request)
-    note = await _note(request)
+    note = await read_note(request)
     await _visible_alert(request, ctx, alert_id)
     principal = principal_of(request)
     tenants = None if principal.admin else sorted(principal.tenants)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from raftcron.api.alerts import MAX_NOTE
+from raftcron.api.alerts import read_note
 from raftcron.api.auth import can_see, principal_of, tenant_clause
 from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
-from raftcron.api.errors import HTTPError, json_body
-from raftcron.api.jobs import ctx_of, occurrence_by_id, only_fields, page_limit
+from raftcron.api.errors import HTTPError
+from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.errors import ValidationError
@@ -107,24 +107,13 @@ async def cancellation_of(ctx: ApiContext, occ_id: str) -> dict[str, str] | None
     return None if row is None else {"by": row[0], "note": row[1], "at": ms_to_iso(row[2])}
 
 
-async def _cancel_note(request: Request) -> str:
-    body = await json_body(request)
-    only_fields(body, {"note"})
-    note = body.get("note")
-    if not isinstance(note, str) or not note.strip():
-        raise ValidationError("note", "is required: a non-empty string saying why")
-    if len(note) > MAX_NOTE:
-        raise ValidationError("note", f"must be at most {MAX_NOTE} characters")
-    return note
-
-
 async def cancel_occurrence(request: Request) -> JSONResponse:
     """POST /v1/occurrences/{id}/cancel {"note"}: a queued run ends `cancelled` now; a
     running one is asked to stop (its worker learns it from its next heartbeat answer) and
     ends `cancelled` when it has. 409 naming the state for a run that already ended."""
     ctx = ctx_of(request)
     occ_id = request.path_params["occurrence_id"]
-    note = await _cancel_note(request)
+    note = await read_note(request)
     row = await ctx.fetchone("SELECT tenant FROM occurrences WHERE id = ?", (occ_id,))
     if row is None:  # created through another node a moment ago?
         await ctx.barrier()

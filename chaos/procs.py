@@ -47,7 +47,11 @@ def write_node_config(root: Path, index: int, peers: list[int]) -> Path:
     lines = [f'node_id = "{nid}"', f'data_dir = "{nid}"',
              f'raft_addr = "{raft_addr(index)}"', f'http_host = "{node_ip(index)}"',
              f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
-             'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"', ""]
+             'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"']
+    ahead = os.environ.get("CHAOS_LEASE_AHEAD_S")
+    if ahead:  # dispatch ahead is off by default; this turns it on in every node of a run
+        lines.append(f"lease_ahead_s = {float(ahead)}")
+    lines.append("")
     for j in peers:
         if j != index:
             lines += ["[[peers]]", f'id = "n{j}"', f'raft_addr = "{raft_addr(j)}"',

@@ -124,7 +124,13 @@ def test_a_deadline_missed_while_the_majority_was_paused_names_the_cluster(
     leader = c.wait_leader()
     wait_until(lambda: any(o["status"] == "succeeded" for o in c.occurrences(leader, "tick")),
                30, message="tick running")
-    time.sleep(5)  # the orphan's instants before the pause pass their deadlines
+    # The orphan's instants before the pause pass their deadlines and their alerts are
+    # committed: waited for, not slept for (on a loaded machine a fixed 5 s left only two
+    # instants whose window closed before the pause).
+    wait_until(lambda: sum(a["kind"] == "deadline" and a["scheduled_for"] is not None
+                           for a in alerts(c, leader, "orphan")) >= 4,
+               40, interval=0.3, message="the orphan's alerts before the pause")
+    time.sleep(1.5)
     followers = [n for n in c.procs if n != leader]
     paused_at = time.time()
     for nid in followers:

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from raftcron.cluster.raft import LIVE_SLACK_ENTRIES, RaftNode
 from raftcron.cluster.stamp_clock import StampClock
 
 LEADER_T0 = 1_800_000_000_000  # the leader's (the cluster's) time at the start, ms
@@ -157,3 +158,29 @@ def test_a_disagreement_beyond_the_tolerance_is_logged_once(
     messages = [r.getMessage() for r in caplog.records]
     assert len([m for m in messages if "off the cluster" in m]) == 1, messages
     assert len([m for m in messages if "agrees with" in m]) == 1, messages
+
+
+class RaftStandIn:
+    """The pysyncobj state `RaftNode.applying_live` reads."""
+
+    def __init__(self, ready: bool, last_applied: int, leader_commit: int | None) -> None:
+        self._ready = ready
+        self.raftLastApplied = last_applied  # noqa: N815 - pysyncobj's name
+        self._SyncObj__leaderCommitIndex = leader_commit
+
+    def isReady(self) -> bool:  # noqa: N802 - pysyncobj's name
+        return self._ready
+
+
+@pytest.mark.parametrize(("ready", "last_applied", "leader_commit", "live"), [
+    (True, 99, 100, True),  # the newest committed entry, applied as it commits
+    (True, 99 - LIVE_SLACK_ENTRIES, 100, True),  # a few behind (one batch)
+    (True, 98 - LIVE_SLACK_ENTRIES, 100, False),  # catching up
+    (True, 9, 5000, False),  # far behind: a catch-up after a partition
+    (False, 99, 100, False),  # the startup replay is not over
+    (True, 99, None, False),  # no leader has spoken to this node yet
+])
+def test_an_entry_is_applied_live_only_in_step_with_the_leader(
+        ready: bool, last_applied: int, leader_commit: int | None, live: bool) -> None:
+    node = RaftStandIn(ready, last_applied, leader_commit)
+    assert RaftNode.applying_live(node) is live  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -197,5 +198,59 @@ def test_a_node_that_knows_no_confirmed_time_refuses_to_stamp_until_it_does(
         assert accepted.status_code == 201, accepted.text
         assert_real_time(accepted.json()["created_at"], before, time.time(),
                          "the job's created_at")
+    finally:
+        c.close()
+
+
+def test_a_completion_through_a_node_whose_estimate_went_stale_waits_for_a_confirmed_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader stops confirming its clock (its only healthy peer is paused, so no
+    majority agrees with it): the fast node's estimate expires, and a completion sent
+    through it is refused (503, retryable) instead of being stamped SKEW_S ahead. Once the
+    peer resumes and a leader's clock is confirmed again, the same completion is accepted,
+    finished at the real time: nothing was lost."""
+    c = LocalCluster(tmp_path)
+    try:
+        for nid in HEALTHY:
+            c.start(nid)
+        leader = c.wait_leader(timeout=30, among=HEALTHY)
+        (paused,) = [n for n in HEALTHY if n != leader]
+        start_fast(c, tmp_path, monkeypatch)
+        wait_until(lambda: stamp_source(c, FAST) == "cluster", 30,
+                   message="the fast node learning the cluster's time")
+        resp = c.post(FAST, "/v1/jobs", {
+            "id": "stale", "schedule": {"cron": "0 0 1 1 *"}, "queue": "stale",
+            "heartbeat_timeout_s": 300, "target": {"shell": "true"}})
+        assert resp.status_code == 201, resp.text
+        occ_id = c.post(FAST, "/v1/jobs/stale/trigger", {}).json()["id"]
+        worker = as_worker(c, FAST)
+        (lease,) = worker("/v1/leases", {"worker_id": "w1", "queues": ["stale"],
+                                         "wait_s": 10}).json()["leases"]
+        completion = {"worker_id": "w1", "completions": [{
+            "attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
+            "outcome": "succeeded", "exit_code": 0}]}
+
+        c.signal(paused, signal.SIGSTOP)
+        try:
+            wait_until(lambda: stamp_source(c, FAST) == "none", 30,
+                       message="the fast node's estimate expiring")
+            refused = worker("/v1/completions", completion)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "clock_unconfirmed", refused.text
+        finally:
+            c.signal(paused, signal.SIGCONT)
+        occ = c.get(leader, f"/v1/occurrences/{occ_id}")
+        assert occ["status"] == "running" and occ["finished_at"] is None, occ
+
+        c.wait_leader(timeout=30, among=HEALTHY)
+        wait_until(lambda: stamp_source(c, FAST) == "cluster", 30,
+                   message="the fast node learning the cluster's time again")
+        before = time.time()
+        done = worker("/v1/completions", completion)
+        assert done.status_code == 200 and done.json()["results"][0]["ok"], done.text
+        after = time.time()
+        occ = c.get(FAST, f"/v1/occurrences/{occ_id}?consistent=true")
+        assert occ["status"] == "succeeded", occ
+        assert_real_time(occ["finished_at"], before, after, "the run's finished_at")
     finally:
         c.close()

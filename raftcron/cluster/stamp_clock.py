@@ -15,8 +15,9 @@ where K is "cluster time minus this node's monotonic clock" and delay >= 0 is th
 from the leader's proposal to this node's apply. So the sample with the largest value is
 the one with the smallest delay (the NTP-style filter), and it is never ahead of K: the
 estimate `monotonic_now + max(samples)` errs only behind the cluster, by the shortest
-delay seen in the window (tens of ms; the state machine raises a stamp that lags more
-than 2 s to the newest committed leader time anyway).
+delay seen in the window (the state machine raises a stamp that lags more than 2 s to
+the newest committed leader time anyway). A sample wrongly taken as live can therefore
+only make stamps lag, never lead.
 
 The estimate is kept against the monotonic clock, not the wall clock: a step of this
 node's wall clock (a chaos clock bump, an NTP correction) changes nothing in it.

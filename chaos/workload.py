@@ -24,6 +24,9 @@ from chaos.procs import Processes
 DST_TRANSITION_UTC = datetime(2026, 11, 1, 6, 0, 0, tzinfo=UTC)
 DST_LEAD_S = 80
 CREATE_CONCURRENCY = 8  # job creations in flight at once at the start of a run
+# 503 codes answered before anything was proposed: the request was definitely not applied
+# (no leader; no confirmed cluster time to stamp it with), and is retried.
+REFUSED_BEFORE_PROPOSING = ("no_leader", "clock_unconfirmed")
 
 
 def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
@@ -199,7 +202,7 @@ class Client:
         code = (data or {}).get("error", {}).get("code") if isinstance(data, dict) else None
         if 200 <= resp.status_code < 300:
             type_ = "ok"
-        elif resp.status_code == 503 and code == "no_leader":
+        elif resp.status_code == 503 and code in REFUSED_BEFORE_PROPOSING:
             type_ = "fail"
         elif resp.status_code >= 500:
             type_ = "info"
@@ -219,7 +222,7 @@ class Client:
             if type_ == "ok":
                 return type_, data
             if type_ == "fail" and data is not None and (data.get("error") or {}).get(
-                    "code") not in ("no_leader",):
+                    "code") not in REFUSED_BEFORE_PROPOSING:
                 return type_, data
             last = (type_, data) if type_ == "info" or last[0] != "info" else last
             time.sleep(0.5 + 0.5 * i)

@@ -23,6 +23,7 @@ from raftcron.cluster import membership
 from raftcron.cluster.peer_tls import peer_tls
 from raftcron.cluster.proposer import ProposalError, Proposer, post_to_loop
 from raftcron.cluster.raft import RaftNode
+from raftcron.cluster.stamp_clock import StampClock
 from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
@@ -106,6 +107,7 @@ class Node:
         self.stopping = False
         self._handover: asyncio.Task[bool] | None = None
         self.clock_guard = ClockGuard([p.http_url for p in config.peers], len(config.peers) + 1)
+        self.stamp_clock = StampClock(local_confirmed=self.clock_guard.confirmed)
         self.transfer = LeadershipTransfer(self.raft)
         self.metrics = NodeMetrics()
         self.duty_settings = DutySettings(
@@ -176,9 +178,15 @@ class Node:
             "clock_blocked": self.skew_blocked or not self.clock_guard.confirmed(),
             "clock": self.clock_guard.describe(),
             "clock_skew_ms": self.metrics.skew_ms,
+            "stamp_clock": self.stamp_clock.describe(),
             "now_ms": int(time.time() * 1000),
             "peers": peers,
         }
+
+    def stamp_ms(self) -> int | None:
+        """The time to stamp a client write or worker call with (cluster.stamp_clock);
+        None when neither the cluster's time nor this node's clock is confirmed."""
+        return self.stamp_clock.stamp_ms()
 
     def _members_changed(self) -> None:
         """A member record was applied (tick thread)."""
@@ -222,6 +230,10 @@ class Node:
             # This node's clock minus the leader's, as committed (plus replication delay).
             sent_ms: int = cmd.now_ms  # type: ignore[attr-defined]
             self.metrics.skew_ms = int(time.time() * 1000) - sent_ms
+            if isinstance(cmd, c.BeginEpoch | c.ConfirmClock):
+                # Proposed only while a majority confirms the leader's clock.
+                epoch = cmd.term if isinstance(cmd, c.BeginEpoch) else cmd.epoch
+                self.stamp_clock.observe(sent_ms, epoch, self.raft.applying_live())
         post_to_loop(loop, self._handle_applied, cmd, result)
 
     def _handle_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:

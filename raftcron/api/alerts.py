@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import can_see, principal_of, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
+from raftcron.api.context import ApiContext, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import MAX_PAGE, ctx_of, only_fields
 from raftcron.api.status import int_param
@@ -173,7 +173,7 @@ async def _act(request: Request, action: str) -> JSONResponse:
     principal = principal_of(request)
     tenants = None if principal.admin else sorted(principal.tenants)
     await ctx.propose(c.AlertAction(
-        request_id(request), now_ms(), alert_id, action, principal.name, note, tenants,
+        request_id(request), ctx.stamp_ms(), alert_id, action, principal.name, note, tenants,
         request_hash(request, {"note": note})))
     row = await ctx.fetchone(f"{ALERT_SELECT} WHERE id = ?", (alert_id,))
     assert row is not None  # alerts are deleted only by pruning long-resolved ones

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
+from raftcron.api.context import ApiContext, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.core import commands as c
 from raftcron.core.calendar import Calendar, CompiledCalendar, parse_calendar
@@ -98,7 +98,7 @@ async def put_calendar(request: Request) -> JSONResponse:
     body = await json_body(request)
     cal = parse_calendar(body, name)
     require_tenant_write(request, cal.tenant)
-    result = await ctx.propose(c.PutCalendar(request_id(request), now_ms(), cal.to_spec(),
+    result = await ctx.propose(c.PutCalendar(request_id(request), ctx.stamp_ms(), cal.to_spec(),
                                              request_hash(request, body)))
     row = await _visible_row(request, ctx, name)
     return JSONResponse(calendar_to_api(row), status_code=201 if result.get("created") else 200)
@@ -109,7 +109,7 @@ async def delete_calendar(request: Request) -> JSONResponse:
     name = path_name(request)
     p = principal_of(request)
     tenants = None if p.admin else sorted(p.tenants)
-    await ctx.propose(c.DeleteCalendar(request_id(request), now_ms(), name, tenants,
+    await ctx.propose(c.DeleteCalendar(request_id(request), ctx.stamp_ms(), name, tenants,
                                        request_hash(request)))
     return JSONResponse({"deleted": name})
 
@@ -156,7 +156,7 @@ async def _bulk(request: Request, paused: bool) -> JSONResponse:
         require_tenant_write(request, selector["tenant"])
     tenants = None if p.admin else sorted(p.tenants)
     result = await ctx.propose(c.BulkPause(
-        request_id(request), now_ms(), selector, paused, p.identity, note, tenants,
+        request_id(request), ctx.stamp_ms(), selector, paused, p.identity, note, tenants,
         request_hash(request, body)))
     return JSONResponse({"action": result["action"], "matched": result["matched"],
                          "changed": result["changed"], "job_ids": result["job_ids"],

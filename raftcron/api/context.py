@@ -54,6 +54,20 @@ class ApiContext:
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
+    def stamp_ms(self) -> int:
+        """The time a client write or worker call is stamped with: the cluster's confirmed
+        time as this node estimates it (cluster.stamp_clock), not this node's own clock,
+        which no one confirms. Without a confirmed time the request is refused (503
+        `clock_unconfirmed`, retryable) rather than stamped with a clock that may be
+        minutes off."""
+        stamp = self.node.stamp_ms()
+        if stamp is None:
+            raise HTTPError(503, "clock_unconfirmed",
+                            "this node does not know the cluster's confirmed time yet (no "
+                            "recent leader confirmation, and no majority confirms its own "
+                            "clock): retry, or use another node", headers={"Retry-After": "1"})
+        return stamp
+
     async def propose(self, cmd: Command) -> dict[str, Any]:
         """Propose and return the applied result; rejections become HTTP errors."""
         result = await self.propose_raw(cmd)
@@ -89,6 +103,8 @@ class ApiContext:
 
 
 def now_ms() -> int:
+    """This node's own wall clock, for reads only: commands are stamped with
+    `ApiContext.stamp_ms`."""
     return int(time.time() * 1000)
 
 

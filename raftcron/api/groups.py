@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
+from raftcron.api.context import ApiContext, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of, only_fields
 from raftcron.core import commands as c
@@ -89,7 +89,7 @@ async def put_group(request: Request) -> JSONResponse:
     body = await json_body(request)
     tenant, limit = parse_group_body(body, _default_tenant(request))
     require_tenant_write(request, tenant)
-    await ctx.propose(c.PutConcurrencyGroup(request_id(request), now_ms(), tenant, name,
+    await ctx.propose(c.PutConcurrencyGroup(request_id(request), ctx.stamp_ms(), tenant, name,
                                             limit, request_hash(request, body)))
     return JSONResponse(await group_detail(ctx, tenant, name))
 

@@ -127,7 +127,7 @@ async def create_job(request: Request) -> JSONResponse:
     job = parse_job(body)
     require_tenant_write(request, job.tenant)
     restore_redacted(job.target, None)  # a new job has no stored secret to keep: 400
-    await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(), create=True,
+    await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(), create=True,
                                request_hash=request_hash(request, body)))
     # A replayed request is answered with the same visibility checks as a fresh one.
     return JSONResponse(await job_detail(ctx, job.id, request), status_code=201,
@@ -165,7 +165,7 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
         specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
         async with ctx.bulk_entries:
-            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", now_ms(), specs, rhash))
+            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", ctx.stamp_ms(), specs, rhash))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):
@@ -271,7 +271,7 @@ async def put_job(request: Request) -> JSONResponse:
         # core.secrets.
         spec["target"] = restore_redacted(job.target, json.loads(current[3])["target"])
         job = type(job).from_spec(spec)
-    result = await ctx.propose(c.PutJob(request_id(request), now_ms(), job.to_spec(),
+    result = await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(),
                                         create=False, expected_version=if_match(request),
                                         request_hash=request_hash(request, body)))
     detail = await job_detail(ctx, job_id, request)
@@ -282,7 +282,7 @@ async def delete_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.DeleteJob(request_id(request), now_ms(), job_id, if_match(request),
+    await ctx.propose(c.DeleteJob(request_id(request), ctx.stamp_ms(), job_id, if_match(request),
                                   request_hash(request)))
     return JSONResponse({"deleted": job_id})
 
@@ -291,7 +291,8 @@ async def pause_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.PauseJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    await ctx.propose(c.PauseJob(request_id(request), ctx.stamp_ms(), job_id,
+                                 request_hash(request)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 
@@ -299,7 +300,8 @@ async def resume_job(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
-    await ctx.propose(c.ResumeJob(request_id(request), now_ms(), job_id, request_hash(request)))
+    await ctx.propose(c.ResumeJob(request_id(request), ctx.stamp_ms(), job_id,
+                                  request_hash(request)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 
@@ -333,7 +335,7 @@ async def trigger_job(request: Request) -> JSONResponse:
     # it); the request id binds it to the caller, and the hash to this request's body.
     key = idempotency_key(request) or request_id(request)
     result = await ctx.propose(c.TriggerManual(
-        f"trigger {job_id} {principal_of(request).identity} {key}", now_ms(), job_id, key,
+        f"trigger {job_id} {principal_of(request).identity} {key}", ctx.stamp_ms(), job_id, key,
         override_overlap=override, request_hash=request_hash(request, body),
     ))
     occ = await occurrence_by_id(ctx, result["occurrence_id"])
@@ -370,7 +372,7 @@ async def backfill_job(request: Request) -> JSONResponse:
     for i in range(0, len(instants), BACKFILL_CHUNK):
         chunk = instants[i : i + BACKFILL_CHUNK]
         result = await ctx.propose(c.Backfill(
-            f"backfill {job_id} {who} {key} {chunk[0]}-{chunk[-1]}", now_ms(), job_id, key,
+            f"backfill {job_id} {who} {key} {chunk[0]}-{chunk[-1]}", ctx.stamp_ms(), job_id, key,
             chunk,
         ))
         ids += result["occurrence_ids"]

@@ -284,6 +284,11 @@ class StateCollector(Collector):
                      "This node's clock minus the leader's committed clock, measured when the "
                      "latest leader command was applied here (includes replication delay)",
                      skew / 1000 if skew is not None else None)
+        stamp = self.status.get("stamp_clock") or {}
+        yield _gauge("raftcron_stamp_offset_ms",
+                     "This node's wall clock minus the cluster's confirmed time its API stamps "
+                     "writes with (cluster.stamp_clock; absent: no fresh estimate)",
+                     stamp.get("offset_ms"))
 
 
 async def metrics(request: Request) -> Response:

@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse
 
 from raftcron.api.alerts import read_note
 from raftcron.api.auth import can_see, principal_of, tenant_clause
-from raftcron.api.context import ApiContext, now_ms, request_hash, request_id
+from raftcron.api.context import ApiContext, request_hash, request_id
 from raftcron.api.errors import HTTPError
 from raftcron.api.jobs import ctx_of, occurrence_by_id, page_limit
 from raftcron.core import commands as c
@@ -126,7 +126,7 @@ async def cancel_occurrence(request: Request) -> JSONResponse:
                         f"tenant {row[0]!r}", "Authorization")
     tenants = None if principal.admin else sorted(principal.tenants)
     result = await ctx.propose(c.CancelOccurrence(
-        request_id(request), now_ms(), occ_id, principal.name, note, tenants,
+        request_id(request), ctx.stamp_ms(), occ_id, principal.name, note, tenants,
         request_hash(request, {"note": note})))
     occ = await occurrence_by_id(ctx, occ_id)
     occ["cancel_requested"] = bool(result.get("cancel_requested"))

@@ -61,8 +61,9 @@ DESCRIPTIONS = {
     413: "the request body exceeds 1 MiB",
     422: "the Idempotency-Key was used before for another request",
     429: "a rate limit (max_fires_per_minute); Retry-After says when to try again",
-    503: "no leader, or the outcome is unknown (retry with the same Idempotency-Key); "
-         "Retry-After: 1",
+    503: "no leader, the outcome is unknown (retry with the same Idempotency-Key), or "
+         "this node knows no confirmed cluster time to stamp a write with "
+         "(`clock_unconfirmed`); Retry-After: 1",
 }
 
 

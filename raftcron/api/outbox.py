@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import require_admin
-from raftcron.api.context import now_ms, request_id
+from raftcron.api.context import request_id
 from raftcron.api.errors import json_body
 from raftcron.api.jobs import MAX_PAGE, ctx_of
 from raftcron.api.status import int_param
@@ -95,6 +95,6 @@ async def retry_outbox(request: Request) -> JSONResponse:
     if receiver is not None and (not isinstance(receiver, str) or not receiver
                                  or len(receiver) > 2048):
         raise ValidationError("receiver", "must be a receiver URL as listed by GET /v1/outbox")
-    result = await ctx.propose(c.RetryOutbox(request_id(request), now_ms(), outbox_id,
+    result = await ctx.propose(c.RetryOutbox(request_id(request), ctx.stamp_ms(), outbox_id,
                                              receiver))
     return JSONResponse({"id": outbox_id, "retried": result["retried"]})

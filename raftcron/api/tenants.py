@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause, visible_tenants
-from raftcron.api.context import now_ms, request_id
+from raftcron.api.context import request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
@@ -65,7 +65,7 @@ async def put_tenant(request: Request) -> JSONResponse:
     body = await json_body(request)
     quotas = parse_quotas(body)
     policy = parse_policy(body)
-    await ctx.propose(c.PutTenant(request_id(request), now_ms(), name, **quotas,
+    await ctx.propose(c.PutTenant(request_id(request), ctx.stamp_ms(), name, **quotas,
                                   **{k: None if v is None else list(v)
                                      for k, v in zip(POLICY_FIELDS,
                                                      (policy.queues, policy.targets,

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import require_admin
-from raftcron.api.context import now_ms, request_id
+from raftcron.api.context import request_id
 from raftcron.api.errors import HTTPError
 from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
@@ -64,7 +64,7 @@ async def rotate_tenant_key(request: Request) -> JSONResponse:
     require_admin(request)
     tenant = _tenant(request)
     ctx = ctx_of(request)
-    await ctx.propose(c.SetWebhookKey(request_id(request), now_ms(),
+    await ctx.propose(c.SetWebhookKey(request_id(request), ctx.stamp_ms(),
                                       delivery.tenant_signer(tenant), new_key(), replace=True))
     return await _tenant_key(request, tenant)
 

@@ -177,7 +177,7 @@ async def _hand_over(request: Request, ctx: ApiContext, worker_id: str,
 async def _release(ctx: ApiContext, worker_id: str, leases: list[dict[str, Any]]) -> None:
     pairs = [[lease["attempt_id"], lease["fencing_token"]] for lease in leases]
     try:
-        result = await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs))
+        result = await ctx.propose_raw(c.Release(ctx.stamp_ms(), worker_id, pairs))
     except HTTPError:
         released = 0
     else:
@@ -274,7 +274,7 @@ async def heartbeats(request: Request) -> JSONResponse:
         raise ValidationError("before_start", "must be true or false")
     queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
                                    [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
-    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, pairs, queues,
+    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id, pairs, queues,
                                                before_start))
     return JSONResponse({"results": result["results"]})
 
@@ -289,7 +289,7 @@ async def completions(request: Request) -> JSONResponse:
     parsed = [_completion(it, f"completions.{i}") for i, it in enumerate(items)]
     queues = await _guard_attempts(request, ctx, [p[0] for p in parsed],
                                    [f"completions.{i}.attempt_id" for i in range(len(parsed))])
-    result = await ctx.propose_raw(c.Complete(now_ms(), worker_id, parsed, queues))
+    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id, parsed, queues))
     return JSONResponse({"results": result["results"]})
 
 
@@ -300,7 +300,7 @@ async def releases(request: Request) -> JSONResponse:
     pairs = _pairs(body.get("attempts"), "attempts")
     queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
                                    [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
-    result = await ctx.propose_raw(c.Release(now_ms(), worker_id, pairs, queues))
+    result = await ctx.propose_raw(c.Release(ctx.stamp_ms(), worker_id, pairs, queues))
     return JSONResponse({"results": result["results"]})
 
 
@@ -318,7 +318,7 @@ async def heartbeat_one(request: Request) -> JSONResponse:
     worker_id = _worker_id(body)
     pair = [attempt_id, _token(body.get("fencing_token"), "fencing_token")]
     queues = await _guard_attempts(request, ctx, [attempt_id], ["attempt_id"])
-    result = await ctx.propose_raw(c.Heartbeat(now_ms(), worker_id, [pair], queues))
+    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id, [pair], queues))
     return JSONResponse({"cancel": bool(_single(result).get("cancel"))})
 
 
@@ -329,6 +329,6 @@ async def complete_one(request: Request) -> JSONResponse:
     worker_id = _worker_id(body)
     completion = _completion(body, "body")
     queues = await _guard_attempts(request, ctx, [completion[0]], ["attempt_id"])
-    result = await ctx.propose_raw(c.Complete(now_ms(), worker_id, [completion], queues))
+    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id, [completion], queues))
     item = _single(result)
     return JSONResponse({"status": item["status"], "duplicate": item["duplicate"]})

@@ -74,6 +74,10 @@ FAILURE_BACKOFF_S = 30.0
 # stalls (RaftNode._forgive_stalls).
 NORMAL_TICK_S = 0.02
 STALL_FORGIVEN_AFTER_S = 0.03
+# How far behind the leader's commit index an entry may be applied and still count as
+# applied live (RaftNode.applying_live): a follower in step receives each entry with the
+# commit index in the same message; one catching up is further behind.
+LIVE_SLACK_ENTRIES = 64
 # Stalls this long are logged: half the shortest election timeout, the ones worth knowing
 # of when a leader change needs explaining.
 STALL_LOGGED_AFTER_S = 0.3
@@ -357,6 +361,16 @@ class RaftNode(ElectionGuard, SyncObj):
             log.exception("apply failed at index %d", index)
             _fatal(f"apply failed at index {index}: {e!r}; stopping to avoid divergence")
         raise AssertionError("unreachable")
+
+    def applying_live(self) -> bool:
+        """Whether the entry being applied now (call it from the apply path) is applied
+        live: this node finished its startup replay and is within `LIVE_SLACK_ENTRIES` of
+        the commit index the leader last told it. An entry replayed from the journal or
+        applied while catching up was proposed long before it is applied here."""
+        leader_commit = self._SyncObj__leaderCommitIndex
+        if not self.isReady() or leader_commit is None:
+            return False
+        return int(self.raftLastApplied) + 1 >= int(leader_commit) - LIVE_SLACK_ENTRIES
 
     # Read-only views used by the node (called from other threads; plain attribute reads).
     def is_leader(self) -> bool:

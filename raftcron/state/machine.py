@@ -69,7 +69,15 @@ def _not_behind_the_cluster(ctx: ApplyContext, cmd: c.Command) -> c.Command:
     and heartbeats set lease deadlines already past. Time must not go backwards in the
     state, so nothing is stamped before the newest committed leader time (less a small
     limit: nodes' clocks differ by milliseconds, and those stamps stay as they were).
-    Deterministic: the floor is state."""
+    Deterministic: the floor is state.
+
+    There is no matching ceiling for a node that is *ahead*: the state cannot tell one.
+    The newest committed leader time stops moving whenever no leader's clock is confirmed
+    (nothing is claimed or confirmed then, minutes at a time), while honest writes and
+    heartbeats keep committing at the real time; a ceiling of "that time plus a margin"
+    would pull those stamps back and set lease deadlines already past, expiring live
+    runs. The ahead case is closed where the stamp is made instead: the API stamps with
+    the cluster's confirmed time (cluster.stamp_clock), or refuses."""
     now = getattr(cmd, "now_ms", None)
     if not isinstance(now, int):
         return cmd

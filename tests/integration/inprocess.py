@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,10 @@ class InProcessNode:
 
     def open_reader(self) -> sqlite3.Connection:
         return db.open_reader(self.config.db_path)
+
+    def stamp_ms(self) -> int | None:
+        """A one-node cluster's own clock is the cluster's time."""
+        return int(time.time() * 1000)
 
     def require_tokens(self, root: Path) -> dict[str, str]:
         """Turn authentication on with a tokens file of the usual principals: `ops`

@@ -42,6 +42,9 @@ class PutJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,9 @@ class CreateJobs(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,9 @@ class DeleteJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +91,9 @@ class PauseJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +106,9 @@ class ResumeJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from typing import Any
 from raftcron.api import (
     alerts,
     groups,
+    job_history,
     jobpage,
     jobs,
     occurrences,
@@ -527,6 +528,16 @@ def _spec() -> dict[str, Any]:
                 "delete": _op("Delete a job." + IF_MATCH, params=JOB,
                               errors=(412, *RAFT_WRITE)),
             },
+            "/v1/jobs/{job_id}/history": {"get": _op(
+                "A job's committed changes, newest first (create, edit, pause, resume, "
+                "bulk_pause, bulk_resume, delete): who, when, the job after the change and "
+                "the fields changed; a deleted job's stay until retention. `before`: the "
+                "`next_before` of the previous page",
+                params=[*JOB, _query("limit", {**LIMIT, "default": job_history.DEFAULT_PAGE}),
+                        _query("before", {"type": "integer", "minimum": 1,
+                                          "maximum": job_history.MAX_SEQ}),
+                        CONSISTENT],
+                errors=(404,))},
             "/v1/jobs/{job_id}/pause": {"post": _op("Pause", params=JOB,
                                                     errors=(404, *RAFT_WRITE))},
             "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB,

@@ -100,6 +100,7 @@ ROUTES = [
     Route("/v1/jobs/{job_id}", jobs.put_job, methods=["PUT"]),
     Route("/v1/jobs/{job_id}", jobs.delete_job, methods=["DELETE"]),
     Route("/v1/jobs/{job_id}/history", job_history.job_history, methods=["GET"]),
+    Route("/v1/job-history/{job_id}", job_history.any_job_history, methods=["GET"]),
     Route("/v1/jobs/{job_id}/pause", jobs.pause_job, methods=["POST"]),
     Route("/v1/jobs/{job_id}/resume", jobs.resume_job, methods=["POST"]),
     Route("/v1/jobs/{job_id}/trigger", jobs.trigger_job, methods=["POST"]),

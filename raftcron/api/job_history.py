@@ -1,4 +1,9 @@
-"""`GET /v1/jobs/{id}/history?limit=&before=`: a job's changes, newest first.
+"""A job's changes, newest first.
+
+`GET /v1/jobs/{id}/history?limit=&before=`: the history of a job that exists (a deleted
+job is 404 here, as all of `/v1/jobs/{id}`). `GET /v1/job-history/{id}` (same parameters):
+the history of a job id whether or not it exists now, so "who deleted it, and what was
+it?" has an answer until retention prunes it.
 
 Each entry is one committed change (state.job_history): `seq`, `version`, `kind`, `by`
 (the principal, null for changes logged before it was recorded), `at`, `note` (a bulk
@@ -8,8 +13,9 @@ the change before, `{"field", "before", "after"}` (null for a create, and for a 
 whose predecessor is no longer kept).
 
 Visibility is that of `GET /v1/jobs/{id}`: a job the caller may not see is 404. The
-history of a deleted job stays readable (until retention) by those who could see it.
-Pages: `before` is the `seq` to read below (the answer's `next_before`).
+history of a deleted job stays readable (until retention) by those who could see it: its
+rows are of its tenant, and so are those of an id's earlier life. Pages: `before` is the
+`seq` to read below (the answer's `next_before`).
 """
 
 from __future__ import annotations
@@ -56,13 +62,23 @@ def _entry(row: tuple, previous: tuple | None, reveal: bool) -> dict[str, Any]:
 
 
 async def job_history(request: Request) -> JSONResponse:
+    """`GET /v1/jobs/{id}/history`: 404 unless the job exists (and the caller sees it)."""
+    return await _history(request, live_only=True)
+
+
+async def any_job_history(request: Request) -> JSONResponse:
+    """`GET /v1/job-history/{id}`: the job's history, deleted or not."""
+    return await _history(request, live_only=False)
+
+
+async def _history(request: Request, *, live_only: bool) -> JSONResponse:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     job_id = path_job_id(request)
     limit = page_limit(request, DEFAULT_PAGE)
     before = before_param(request)
     exists = await ctx.fetchone(f"{JOB_SELECT} WHERE id = ?", (job_id,))
-    if exists is not None:
+    if exists is not None or live_only:
         await visible_job_row(request, ctx, job_id)  # 404 for a job the caller may not see
     where, params = ["job_id = ?"], [job_id]
     clause, extra = tenant_clause(request)

@@ -2,7 +2,8 @@
 
 One line per changed field (`schedule.cron  0 9 * * 1-5 → 0 10 * * 1-5`) under the change
 that made it, newest change first; `--json` prints the API's answer
-(`GET /v1/jobs/{id}/history`). Exit codes as for `job runs`: 1 when the API refuses (an
+(`GET /v1/job-history/{id}`, which answers for a deleted job too: who deleted it, and
+what it was). Exit codes as for `job runs`: 1 when the API refuses (an
 unknown job, or one the token may not see) or no node answers, 2 for bad arguments.
 """
 
@@ -75,7 +76,7 @@ def cmd_job_history(args: argparse.Namespace) -> int:
         params["before"] = args.before
     client = _client(args)
     try:
-        page = client.request("GET", f"/v1/jobs/{_path(args.job_id)}/history", params=params,
+        page = client.request("GET", f"/v1/job-history/{_path(args.job_id)}", params=params,
                               retries=3)
     except ApiError as e:
         return _refused(e)

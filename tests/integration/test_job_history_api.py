@@ -48,9 +48,12 @@ async def edit(api: httpx.AsyncClient, env: Env, who: str, version: int,
     assert r.status_code == 200, r.text
 
 
-async def history(api: httpx.AsyncClient, env: Env, who: str,
+async def history(api: httpx.AsyncClient, env: Env, who: str, any_id: bool = False,
                   **params: Any) -> httpx.Response:
-    return await api.get("/v1/jobs/invoices/history", params=params, headers=env.auth(who))
+    """GET /v1/jobs/invoices/history, or with `any_id` /v1/job-history/invoices (which
+    answers for a deleted job too)."""
+    path = "/v1/job-history/invoices" if any_id else "/v1/jobs/invoices/history"
+    return await api.get(path, params=params, headers=env.auth(who))
 
 
 async def make_history(api: httpx.AsyncClient, env: Env) -> None:
@@ -124,33 +127,43 @@ async def test_another_tenant_gets_404_and_a_read_token_reads_it(
     missing = await api.get("/v1/jobs/no-such-job/history", headers=env.auth("other-bot"))
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert (await history(api, env, "other-bot", before=3)).status_code == 404
-    read = await history(api, env, "reader")
-    assert read.status_code == 200 and len(read.json()["versions"]) == 4
-    # A worker token may not read jobs at all.
-    assert (await history(api, env, "runner")).status_code == 403
+    assert (await history(api, env, "other-bot", any_id=True)).status_code == 404
+    for any_id in (False, True):
+        read = await history(api, env, "reader", any_id)
+        assert read.status_code == 200 and len(read.json()["versions"]) == 4
+        # A worker token may not read jobs at all.
+        assert (await history(api, env, "runner", any_id)).status_code == 403
 
 
 async def test_a_deleted_jobs_history_stays_readable_by_its_tenant_only(
         api: httpx.AsyncClient, env: Env) -> None:
     await make_history(api, env)
+    assert (await history(api, env, "acme-bot", any_id=True)).json() == (
+        await history(api, env, "acme-bot")).json()
     r = await api.delete("/v1/jobs/invoices", headers=env.auth("acme-bot"))
     assert r.status_code == 200, r.text
+    # Everything under /v1/jobs/invoices is gone with the job ...
     assert (await api.get("/v1/jobs/invoices", headers=env.auth("acme-bot"))).status_code == 404
-    body = (await history(api, env, "acme-bot")).json()
+    assert (await history(api, env, "acme-bot")).status_code == 404
+    # ... and /v1/job-history/invoices says who deleted it and what it was.
+    body = (await history(api, env, "acme-bot", any_id=True)).json()
     assert body["exists"] is False
     last = body["versions"][0]
     assert (last["kind"], last["by"].split("#")[0], last["changes"]) == (
         "delete", "acme-bot", [])
     assert last["job"]["schedule"]["cron"] == "0 10 * * 1-5"
-    assert (await history(api, env, "other-bot")).status_code == 404
+    assert (await history(api, env, "other-bot", any_id=True)).status_code == 404
+    assert (await history(api, env, "other-bot", any_id=True, before=3)).status_code == 404
+    assert (await history(api, env, "reader", any_id=True)).status_code == 200
     # Another tenant re-creating the id does not see the earlier life's rows, and the
     # first tenant no longer reaches the job.
     again = {**JOB, "tenant": "other"}
     assert (await api.post("/v1/jobs", json=again,
                            headers=env.auth("other-bot"))).status_code == 201
-    theirs = (await history(api, env, "other-bot")).json()["versions"]
-    assert [(v["seq"], v["kind"]) for v in theirs] == [(6, "create")]
-    assert (await history(api, env, "acme-bot")).status_code == 404
+    for any_id in (False, True):
+        theirs = (await history(api, env, "other-bot", any_id)).json()["versions"]
+        assert [(v["seq"], v["kind"]) for v in theirs] == [(6, "create")]
+        assert (await history(api, env, "acme-bot", any_id)).status_code == 404
 
 
 async def test_pages_go_back_with_before(api: httpx.AsyncClient, env: Env) -> None:
@@ -173,9 +186,10 @@ async def test_pages_go_back_with_before(api: httpx.AsyncClient, env: Env) -> No
 async def test_bad_parameters_are_400_naming_the_field(
         api: httpx.AsyncClient, env: Env, params: dict[str, str], field: str) -> None:
     await make_history(api, env)
-    assert_invalid(await history(api, env, "ops", **params), field)
+    for any_id in (False, True):
+        assert_invalid(await history(api, env, "ops", any_id, **params), field)
 
 
 async def test_a_bad_job_id_is_400(api: httpx.AsyncClient, env: Env) -> None:
-    r = await api.get("/v1/jobs/bad%20id/history", headers=env.auth("ops"))
-    assert_invalid(r, "id")
+    for path in ("/v1/jobs/bad%20id/history", "/v1/job-history/bad%20id"):
+        assert_invalid(await api.get(path, headers=env.auth("ops")), "id")

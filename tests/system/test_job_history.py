@@ -93,3 +93,17 @@ def test_job_history_refusals_are_one_line(cl: LocalCluster) -> None:
                                               "x"), 2)
     gone = one_line_refusal(cli(cl, a, "job", "history", "no-such-job"), 1)
     assert "no-such-job" in gone
+
+
+def test_job_history_of_a_deleted_job_says_who_deleted_it(cl: LocalCluster) -> None:
+    a, b, _ = cl.ids
+    ok(cl, a, "job", "add", "reports", "--cron", "0 6 * * *", "--shell", "./report.sh")
+    ok(cl, b, "job", "rm", "reports")
+    cl.wait_converged()
+    done = cli(cl, a, "job", "history", "reports")
+    assert done.returncode == 0, done.stderr
+    delete = done.stdout.splitlines()[1]
+    assert delete.split()[:3] == ["2", "1", "delete"] and "no field changed" in delete
+    assert done.stderr.strip() == "reports is deleted"
+    versions = json.loads(ok(cl, a, "job", "history", "reports", "--json"))["versions"]
+    assert versions[0]["job"]["target"] == {"shell": "./report.sh"}  # what it was

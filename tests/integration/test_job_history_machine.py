@@ -217,3 +217,15 @@ def test_a_database_from_before_history_opens_gains_the_table_and_digests_alike(
                                    expected_version=1, who="bob"))["version"] == 2
     assert upgraded.history() == [(1, 2, "edit", "acme", "bob", None, T0 + 1)]
     assert digest(upgraded.conn) != before
+
+
+def test_retention_proposes_a_prune_for_old_deleted_job_history_alone(node: Node) -> None:
+    from raftcron.leader.retention import Retention
+
+    assert node.apply(c.PutJob(node.rid(), T0, spec(), True))["ok"]
+    assert node.apply(c.DeleteJob(node.rid(), T0 + 1, "invoices"))["ok"]
+    node.conn.execute("DELETE FROM requests")  # nothing else is old enough to prune
+    assert not Retention._anything_to_prune(node.conn, T0 + 1)
+    assert Retention._anything_to_prune(node.conn, T0 + 2)
+    node.apply(c.Prune(node.rid(), T0 + 3, before_ms=T0 + 2))
+    assert not Retention._anything_to_prune(node.conn, T0 + 2)

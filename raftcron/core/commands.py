@@ -28,6 +28,17 @@ class Command:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _without_none(cmd: Command, *names: str) -> dict[str, Any]:
+    """`cmd.args()` without the named fields while they are None: an entry that does not
+    use a field added later encodes as it did before it (a build without the field reads
+    it during a rolling upgrade)."""
+    out = Command.args(cmd)
+    for name in names:
+        if out[name] is None:
+            del out[name]
+    return out
+
+
 # --- client commands ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,9 @@ class PutJob(Command):
     # Who asked (the principal's identity), kept in the job's history (state.job_history).
     # None: an entry written before this field, or a command no principal sent.
     who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +78,9 @@ class CreateJobs(Command):
     # None: an entry written before this field, or a command no principal sent.
     who: str | None = None
 
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
+
 
 @dataclass(frozen=True, slots=True)
 class DeleteJob(Command):
@@ -80,6 +97,9 @@ class DeleteJob(Command):
     # None: an entry written before this field, or a command no principal sent.
     who: str | None = None
 
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
+
 
 @dataclass(frozen=True, slots=True)
 class PauseJob(Command):
@@ -95,6 +115,9 @@ class PauseJob(Command):
     # None: an entry written before this field, or a command no principal sent.
     who: str | None = None
 
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
+
 
 @dataclass(frozen=True, slots=True)
 class ResumeJob(Command):
@@ -109,6 +132,9 @@ class ResumeJob(Command):
     # Who asked (the principal's identity), kept in the job's history (state.job_history).
     # None: an entry written before this field, or a command no principal sent.
     who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ function valueText(v) {
 
 function changedFields(v) {
   if (v.kind === "create") return null;
-  if (v.changes === null) return el("p", { class: "muted" }, "the version before is no longer kept");
+  if (v.changes === null) return el("p", { class: "muted" }, "the version before is not in the history");
   if (!v.changes.length) return el("p", { class: "muted" }, "no field changed");
   return el("ul", { class: "changed-fields" }, ...v.changes.map((c) => el("li", { "data-field": c.field },
     el("span", { class: "field" }, c.field), ": ",

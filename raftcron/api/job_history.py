@@ -10,7 +10,8 @@ Each entry is one committed change (state.job_history): `seq`, `version`, `kind`
 pause's), `job` (the job as it was after the change, a delete's as it was last; secrets
 `***` unless admin, as `GET /v1/jobs/{id}`), and `changes`: each field that differs from
 the change before, `{"field", "before", "after"}` (null for a create, and for a change
-whose predecessor is no longer kept).
+whose predecessor is not in the history: pruned by the cap, or made before the
+history was recorded).
 
 Visibility is that of `GET /v1/jobs/{id}`: a job the caller may not see is 404. The
 history of a deleted job stays readable (until retention) by those who could see it: its

@@ -52,7 +52,7 @@ def change_lines(entry: dict[str, Any]) -> list[str]:
     elif entry["kind"] == "create":
         lines = ["created"]
     elif entry["changes"] is None:
-        lines = ["(the version before is no longer kept)"]
+        lines = ["(the version before is not in the history)"]
     else:
         lines = ["no field changed"]
     if entry.get("note"):

@@ -30,7 +30,7 @@ def test_each_changed_field_gets_a_line_under_its_change() -> None:
 def test_a_change_without_fields_says_why() -> None:
     assert change_lines(entry("create", None)) == ["created"]
     assert change_lines(entry("edit", [])) == ["no field changed"]
-    assert change_lines(entry("edit", None)) == ["(the version before is no longer kept)"]
+    assert change_lines(entry("edit", None)) == ["(the version before is not in the history)"]
     assert change_lines(entry("bulk_pause", [{"field": "paused", "before": False,
                                               "after": True}], note="freeze")) == [
         "note: freeze", "paused: false → true"]

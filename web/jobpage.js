@@ -7,6 +7,7 @@ import {
   $, el, td, statusBadge, sinceIso, shortTime, causeText, between, render, forget, fillRows, api, say,
   actionButton, idempotencyKey,
 } from "./lib.js";
+import { CHANGES_PAGE, renderChanges } from "./jobchanges.js";
 
 const PAGE = 20;
 let historyData = null;  // the occurrences page shown
@@ -17,11 +18,13 @@ const view = {
   expanded: new Set(),  // occurrence ids whose attempts are shown
   attempts: new Map(),  // occurrence id -> its GET /v1/occurrences/{id}
   preview: null,
+  changesLimit: CHANGES_PAGE,  // how many of the newest edits the History of edits shows
 };
 
 export function openJob(jobId) {
   if (view.jobId !== jobId) {
-    Object.assign(view, { jobId, cursors: [null], nextCursor: null, preview: null });
+    Object.assign(view, { jobId, cursors: [null], nextCursor: null, preview: null,
+      changesLimit: CHANGES_PAGE });
     view.expanded.clear();
     view.attempts.clear();
     $("#history-status").value = "";
@@ -34,7 +37,7 @@ export function openJob(jobId) {
     view.proposal = null;
     // Nothing of the job shown before stays on screen under this one's title.
     for (const sel of ["#job-definition", "#job-actions", "#job-upcoming", "#job-alerts",
-      "#history tbody", "#job-group"]) $(sel).replaceChildren();
+      "#history tbody", "#job-group", "#job-changes"]) $(sel).replaceChildren();
     $("#job-group-section").hidden = true;
     historyData = null;
     forget();
@@ -288,9 +291,10 @@ function historyQuery() {
 
 export async function refreshJob() {
   const jobId = view.jobId;
-  const [job, history, alerts] = await Promise.allSettled([
+  const [job, history, alerts, changes] = await Promise.allSettled([
     api(`/v1/status/jobs/${encodeURIComponent(jobId)}?fires=10`), api(historyQuery()),
-    api(`/v1/alerts?status=all&limit=10&job_id=${encodeURIComponent(jobId)}`)]);
+    api(`/v1/alerts?status=all&limit=10&job_id=${encodeURIComponent(jobId)}`),
+    api(`/v1/jobs/${encodeURIComponent(jobId)}/history?limit=${view.changesLimit}`)]);
   if (jobId !== view.jobId) return [];
   const error = $("#job-error");
   if (job.status === "rejected") {
@@ -311,6 +315,10 @@ export async function refreshJob() {
   render("upcoming", job.value.upcoming, $("#job-upcoming"), renderUpcoming);
   await refreshGroup(job.value);
   if (alerts.status === "fulfilled") render("job-alerts", alerts.value.alerts, $("#job-alerts"), renderJobAlerts);
+  if (changes.status === "fulfilled") {
+    render("changes", changes.value, $("#job-changes"), renderChanges);
+    $("#changes-older").hidden = changes.value.next_before === null;
+  }
   if (history.status === "fulfilled") {
     view.nextCursor = history.value.next_cursor;
     // Runs still going are asked again; finished ones keep what was loaded.
@@ -321,7 +329,7 @@ export async function refreshJob() {
     historyData = history.value;
     drawHistory();
   }
-  return [job, history, alerts].filter((r) => r.status === "rejected");
+  return [job, history, alerts, changes].filter((r) => r.status === "rejected");
 }
 
 // --- backfill ------------------------------------------------------------------------------
@@ -457,6 +465,10 @@ export function setupJobPage() {
     refreshJob();
   });
   $("#history-newest").addEventListener("click", refilter);
+  $("#changes-older").addEventListener("click", () => {
+    view.changesLimit = Math.min(500, view.changesLimit + CHANGES_PAGE);
+    refreshJob();
+  });
   $("#backfill-preview").addEventListener("click", preview);
   $("#backfill-form").addEventListener("submit", runBackfill);
   for (const id of ["#backfill-start", "#backfill-end"]) {

@@ -55,6 +55,11 @@ def path_job_id(request: Request) -> str:
     return job_id
 
 
+def who(request: Request) -> str:
+    """The principal a job's history names for this request's change."""
+    return principal_of(request).identity
+
+
 def page_limit(request: Request, default: int = 100) -> int:
     raw = request.query_params.get("limit", str(default))
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
@@ -128,7 +133,7 @@ async def create_job(request: Request) -> JSONResponse:
     require_tenant_write(request, job.tenant)
     restore_redacted(job.target, None)  # a new job has no stored secret to keep: 400
     await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(), create=True,
-                               request_hash=request_hash(request, body)))
+                               request_hash=request_hash(request, body), who=who(request)))
     # A replayed request is answered with the same visibility checks as a fresh one.
     return JSONResponse(await job_detail(ctx, job.id, request), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
@@ -165,7 +170,8 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
     for k in range(0, len(jobs), CREATE_JOBS_CHUNK):
         specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
         async with ctx.bulk_entries:
-            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", ctx.stamp_ms(), specs, rhash))
+            result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", ctx.stamp_ms(), specs, rhash,
+                                                    who=who(request)))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):
@@ -273,7 +279,8 @@ async def put_job(request: Request) -> JSONResponse:
         job = type(job).from_spec(spec)
     result = await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(),
                                         create=False, expected_version=if_match(request),
-                                        request_hash=request_hash(request, body)))
+                                        request_hash=request_hash(request, body),
+                                        who=who(request)))
     detail = await job_detail(ctx, job_id, request)
     return JSONResponse(detail, headers={"ETag": f'"{result["version"]}"'})
 
@@ -283,7 +290,7 @@ async def delete_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.DeleteJob(request_id(request), ctx.stamp_ms(), job_id, if_match(request),
-                                  request_hash(request)))
+                                  request_hash(request), who=who(request)))
     return JSONResponse({"deleted": job_id})
 
 
@@ -292,7 +299,7 @@ async def pause_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.PauseJob(request_id(request), ctx.stamp_ms(), job_id,
-                                 request_hash(request)))
+                                 request_hash(request), who=who(request)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 
@@ -301,7 +308,7 @@ async def resume_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.ResumeJob(request_id(request), ctx.stamp_ms(), job_id,
-                                  request_hash(request)))
+                                  request_hash(request), who=who(request)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from raftcron.api import (
     alerts,
     groups,
+    job_history,
     jobpage,
     jobs,
     occurrences,
@@ -403,6 +404,10 @@ IF_MATCH = (" An If-Match header with the version the edit expects (a number, qu
 
 
 JOB = [_path("job_id", JOB_ID)]
+HISTORY_PAGE = [_query("limit", {**LIMIT, "default": job_history.DEFAULT_PAGE}),
+                _query("before", {"type": "integer", "minimum": 1,
+                                  "maximum": job_history.MAX_SEQ}),
+                CONSISTENT]
 TENANT = [_path("name", NAME)]
 
 
@@ -528,6 +533,16 @@ def _spec() -> dict[str, Any]:
                 "delete": _op("Delete a job." + IF_MATCH, params=JOB,
                               errors=(412, *RAFT_WRITE)),
             },
+            "/v1/jobs/{job_id}/history": {"get": _op(
+                "A job's committed changes, newest first (create, edit, pause, resume, "
+                "bulk_pause, bulk_resume, delete): who, when, the job after the change and "
+                "the fields changed. 404 once the job is deleted (see /v1/job-history). "
+                "`before`: the `next_before` of the previous page",
+                params=[*JOB, *HISTORY_PAGE], errors=(404,))},
+            "/v1/job-history/{job_id}": {"get": _op(
+                "The changes of a job id whether or not it exists now: a deleted job's "
+                "stay until retention (its last change is the delete, with the last "
+                "definition)", params=[*JOB, *HISTORY_PAGE], errors=(404,))},
             "/v1/jobs/{job_id}/pause": {"post": _op("Pause", params=JOB,
                                                     errors=(404, *RAFT_WRITE))},
             "/v1/jobs/{job_id}/resume": {"post": _op("Resume", params=JOB,

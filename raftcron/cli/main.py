@@ -781,6 +781,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raftcron.cli.runs import register as register_runs
 
     register_job_runs(jsub)
+    from raftcron.cli.history import register_job_history
+
+    register_job_history(jsub)
     register_runs(sub, _Parser)
     from raftcron.cli.calendars import register as register_calendars
     from raftcron.cli.calendars import register_bulk_pause

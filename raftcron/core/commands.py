@@ -28,6 +28,17 @@ class Command:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _without_none(cmd: Command, *names: str) -> dict[str, Any]:
+    """`cmd.args()` without the named fields while they are None: an entry that does not
+    use a field added later encodes as it did before it (a build without the field reads
+    it during a rolling upgrade)."""
+    out = Command.args(cmd)
+    for name in names:
+        if out[name] is None:
+            del out[name]
+    return out
+
+
 # --- client commands ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,12 @@ class PutJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,12 @@ class CreateJobs(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +93,12 @@ class DeleteJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +111,12 @@ class PauseJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +129,12 @@ class ResumeJob(Command):
     # an Idempotency-Key: the same request id with another hash is refused, not replayed.
     # None: no key, or an entry written before this field.
     request_hash: str | None = None
+    # Who asked (the principal's identity), kept in the job's history (state.job_history).
+    # None: an entry written before this field, or a command no principal sent.
+    who: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return _without_none(self, "who")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from raftcron.cluster.proposer import ProposalError, Proposer
 from raftcron.core.commands import Prune
 from raftcron.core.timefmt import parse_duration  # noqa: F401 (its home before core)
 from raftcron.leader.ticker import now_ms
+from raftcron.state import job_history
 
 log = logging.getLogger("raftcron.retention")
 
@@ -65,7 +66,8 @@ class Retention:
             "SELECT 1 FROM alerts WHERE status = 'resolved' AND resolved_ms < ? LIMIT 1",
             "SELECT 1 FROM outbox WHERE status = 'delivered' AND delivered_ms < ? LIMIT 1",
         )
-        return any(conn.execute(sql, (before_ms,)).fetchone() for sql in checks)
+        return (any(conn.execute(sql, (before_ms,)).fetchone() for sql in checks)
+                or job_history.any_deleted_before(conn, before_ms))
 
     async def prune_once(self, conn: sqlite3.Connection) -> int:
         """Prune everything older than the retention, batch by batch; the count pruned."""

@@ -7,7 +7,7 @@ from typing import Any
 from raftcron.core import errors, identity
 from raftcron.core.commands import AckOutbox, AlertAction, Prune, RaiseAlert, ResolveAlert
 from raftcron.core.timefmt import ms_to_iso
-from raftcron.state import availability
+from raftcron.state import availability, job_history
 from raftcron.state.context import ApplyContext, ok, rejected
 
 
@@ -163,7 +163,8 @@ def ack_outbox(ctx: ApplyContext, cmd: AckOutbox) -> dict[str, Any]:
 
 
 def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
-    """Delete finished history older than `before_ms`, at most `limit` occurrences."""
+    """Delete finished history older than `before_ms`, at most `limit` occurrences (and
+    the change history of jobs deleted before it, state.job_history)."""
     conn = ctx.conn
     ids = [r[0] for r in conn.execute(
         "SELECT id FROM occurrences WHERE finished_ms IS NOT NULL AND finished_ms < ? "
@@ -191,6 +192,7 @@ def prune(ctx: ApplyContext, cmd: Prune) -> dict[str, Any]:
         "DELETE FROM alerts WHERE status = 'resolved' AND resolved_ms < ?", (cmd.before_ms,)
     )
     availability.prune(ctx, cmd.before_ms)
+    job_history.prune_deleted(ctx, cmd.before_ms)  # of jobs deleted before it
     conn.execute(
         "DELETE FROM outbox_deliveries WHERE outbox_id IN (SELECT id FROM outbox "
         "WHERE status = 'delivered' AND delivered_ms < ?)", (cmd.before_ms,)

@@ -9,6 +9,7 @@ from typing import Any
 from raftcron.core import errors
 from raftcron.core.calendar import Calendar, CompiledCalendar
 from raftcron.core.commands import BulkPause, DeleteCalendar, PutCalendar
+from raftcron.state import job_history
 from raftcron.state.context import ApplyContext, ok, rejected
 
 # Names of jobs a refusal lists (a calendar named by thousands of jobs is refused naming
@@ -78,8 +79,8 @@ def delete_calendar(ctx: ApplyContext, cmd: DeleteCalendar) -> dict[str, Any]:
     return ok(name=cmd.name, deleted=True)
 
 
-def _selected(conn: sqlite3.Connection, cmd: BulkPause) -> list[tuple[str, str]]:
-    """(id, spec) of the jobs the selector names, within the caller's tenants."""
+def _selected(conn: sqlite3.Connection, cmd: BulkPause) -> list[tuple[str, str, str, int]]:
+    """(id, spec, tenant, version) of the jobs the selector names, within the caller's tenants."""
     sel = cmd.selector
     if "tenant" in sel:
         where, params = "tenant = ?", [sel["tenant"]]
@@ -91,7 +92,8 @@ def _selected(conn: sqlite3.Connection, cmd: BulkPause) -> list[tuple[str, str]]
     if cmd.tenants is not None:
         where += f" AND tenant IN ({','.join('?' * len(cmd.tenants))})"
         params += list(cmd.tenants)
-    return list(conn.execute(f"SELECT id, spec FROM jobs WHERE {where} ORDER BY id", params))
+    return list(conn.execute(f"SELECT id, spec, tenant, version FROM jobs WHERE {where} "
+                             "ORDER BY id", params))
 
 
 def bulk_pause(ctx: ApplyContext, cmd: BulkPause) -> dict[str, Any]:
@@ -101,13 +103,17 @@ def bulk_pause(ctx: ApplyContext, cmd: BulkPause) -> dict[str, Any]:
     action = "paused" if cmd.paused else "resumed"
     changed: list[str] = []
     matched = 0
-    for job_id, spec_text in _selected(conn, cmd):
+    for job_id, spec_text, tenant, version in _selected(conn, cmd):
         matched += 1
         spec = json.loads(spec_text)
         if bool(spec.get("paused")) != cmd.paused:
             spec["paused"] = cmd.paused
+            text = _spec_text(spec)
             conn.execute("UPDATE jobs SET paused = ?, spec = ?, updated_ms = ? WHERE id = ?",
-                         (int(cmd.paused), _spec_text(spec), cmd.now_ms, job_id))
+                         (int(cmd.paused), text, cmd.now_ms, job_id))
+            job_history.record(ctx, job_id=job_id, tenant=tenant, version=version,
+                               kind="bulk_pause" if cmd.paused else "bulk_resume",
+                               who=cmd.who, at_ms=cmd.now_ms, spec=text, note=cmd.note)
             changed.append(job_id)
         conn.execute(
             "INSERT INTO job_pause_notes (job_id, action, who, note, at_ms) "

@@ -31,12 +31,13 @@ TABLES = {
     "concurrency_groups": "tenant, name",
     "calendars": "name",
     "job_pause_notes": "job_id",
+    "job_history": "job_id, seq",
 }
 # Tables added after databases were first written: hashed only once they hold a row, so a
 # node of the previous version (no such table) and an upgraded one digest alike until then.
 ADDED_TABLES = frozenset({"alert_actions", "cluster_availability", "failure_streaks",
                           "cancellations", "concurrency_groups", "calendars",
-                          "job_pause_notes"})
+                          "job_pause_notes", "job_history"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:

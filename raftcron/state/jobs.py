@@ -9,7 +9,7 @@ from typing import Any
 from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
-from raftcron.state import run_alerts
+from raftcron.state import job_history, run_alerts
 from raftcron.state.calendars import check_job_calendars
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import check_job_policy, check_job_quota
@@ -29,7 +29,8 @@ def spec_json(spec: dict[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
-def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> dict[str, Any]:
+def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int,
+               who: str | None = None) -> dict[str, Any]:
     if row is not None:
         return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
     spec = job.with_version(1).to_spec()
@@ -45,11 +46,13 @@ def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int) -> d
         identity.job_scheduled_occurrences(job.id),
     ).fetchone()
     watermark = max(now_ms, newest[0] if newest else 0)
+    text = spec_json(spec)
     ctx.conn.execute(
         f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
-        (job.id, job.tenant, spec_json(spec), int(job.paused), job.queue,
-         watermark, now_ms, now_ms),
+        (job.id, job.tenant, text, int(job.paused), job.queue, watermark, now_ms, now_ms),
     )
+    job_history.record(ctx, job_id=job.id, tenant=job.tenant, version=1, kind="create",
+                       who=who, at_ms=now_ms, spec=text)
     return ok(job_id=job.id, version=1, created=True)
 
 
@@ -59,7 +62,7 @@ def create_jobs(ctx: ApplyContext, cmd: CreateJobs) -> dict[str, Any]:
     results = []
     for spec in cmd.jobs:
         job = Job.from_spec(spec)
-        results.append(create_job(ctx, job, load_job(ctx.conn, job.id), cmd.now_ms))
+        results.append(create_job(ctx, job, load_job(ctx.conn, job.id), cmd.now_ms, cmd.who))
     created = sum(1 for r in results if r["ok"])
     return ok(created=created, results=results)
 
@@ -68,7 +71,7 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
     job = Job.from_spec(cmd.job)
     row = load_job(ctx.conn, job.id)
     if cmd.create:
-        return create_job(ctx, job, row, cmd.now_ms)
+        return create_job(ctx, job, row, cmd.now_ms, cmd.who)
     if row is None:
         return rejected(errors.NOT_FOUND, f"job {job.id!r} does not exist", "id")
     if cmd.expected_version is not None and row[2] != cmd.expected_version:
@@ -86,11 +89,14 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
     if denied is not None:
         return denied
     # The watermark is kept: an edit takes effect from the next instant not yet claimed.
+    text = spec_json(spec)
     ctx.conn.execute(
         "UPDATE jobs SET version = ?, spec = ?, paused = ?, queue = ?, updated_ms = ? "
         "WHERE id = ?",
-        (version, spec_json(spec), int(job.paused), job.queue, cmd.now_ms, job.id),
+        (version, text, int(job.paused), job.queue, cmd.now_ms, job.id),
     )
+    job_history.record(ctx, job_id=job.id, tenant=job.tenant, version=version, kind="edit",
+                       who=cmd.who, at_ms=cmd.now_ms, spec=text)
     return ok(job_id=job.id, version=version, created=False)
 
 
@@ -106,6 +112,8 @@ def delete_job(ctx: ApplyContext, cmd: DeleteJob) -> dict[str, Any]:
         )
     c = ctx.conn
     c.execute("DELETE FROM jobs WHERE id = ?", (cmd.job_id,))
+    job_history.record(ctx, job_id=cmd.job_id, tenant=row[1], version=row[2], kind="delete",
+                       who=cmd.who, at_ms=cmd.now_ms, spec=row[3])
     c.execute("DELETE FROM job_pause_notes WHERE job_id = ?", (cmd.job_id,))
     run_alerts.forget_job(ctx, cmd.job_id)
     c.execute(
@@ -125,22 +133,28 @@ def delete_job(ctx: ApplyContext, cmd: DeleteJob) -> dict[str, Any]:
     return ok(job_id=cmd.job_id, deleted=True)
 
 
-def _set_paused(ctx: ApplyContext, job_id: str, paused: bool, now_ms: int) -> dict[str, Any]:
+def _set_paused(ctx: ApplyContext, job_id: str, paused: bool, now_ms: int,
+                who: str | None) -> dict[str, Any]:
     row = load_job(ctx.conn, job_id)
     if row is None:
         return rejected(errors.NOT_FOUND, f"job {job_id!r} does not exist", "id")
     spec = json.loads(row[3])
     spec["paused"] = paused
+    text = spec_json(spec)
     ctx.conn.execute(
         "UPDATE jobs SET paused = ?, spec = ?, updated_ms = ? WHERE id = ?",
-        (int(paused), spec_json(spec), now_ms, job_id),
+        (int(paused), text, now_ms, job_id),
     )
+    if bool(row[4]) != paused:  # pausing a paused job changes nothing worth a row
+        job_history.record(ctx, job_id=job_id, tenant=row[1], version=row[2],
+                           kind="pause" if paused else "resume", who=who, at_ms=now_ms,
+                           spec=text)
     return ok(job_id=job_id, version=row[2], paused=paused)
 
 
 def pause_job(ctx: ApplyContext, cmd: PauseJob) -> dict[str, Any]:
-    return _set_paused(ctx, cmd.job_id, True, cmd.now_ms)
+    return _set_paused(ctx, cmd.job_id, True, cmd.now_ms, cmd.who)
 
 
 def resume_job(ctx: ApplyContext, cmd: ResumeJob) -> dict[str, Any]:
-    return _set_paused(ctx, cmd.job_id, False, cmd.now_ms)
+    return _set_paused(ctx, cmd.job_id, False, cmd.now_ms, cmd.who)

@@ -87,13 +87,19 @@ ATT_SELECT = (
 )
 
 
+def spec_to_api(spec: str, *, reveal_secrets: bool = False) -> dict[str, Any]:
+    """A stored job spec (its JSON text) in the API's shape, secrets `***` unless
+    `reveal_secrets`."""
+    out = Job.from_spec(json.loads(spec)).to_api()
+    if not reveal_secrets:
+        out["target"] = redact_target(out["target"])
+    return out
+
+
 def job_to_api(row: tuple, *, reveal_secrets: bool = False) -> dict[str, Any]:
     """A job row as the API shows it. Its target's secrets (header values, URL
     credentials) are `***` unless `reveal_secrets` (admin readers only)."""
-    job = Job.from_spec(json.loads(row[3]))
-    out = job.to_api()
-    if not reveal_secrets:
-        out["target"] = redact_target(out["target"])
+    out = spec_to_api(row[3], reveal_secrets=reveal_secrets)
     out.update(version=row[2], paused=bool(row[4]), watermark=ms_to_iso(row[6]),
                created_at=ms_to_iso(row[7]), updated_at=ms_to_iso(row[8]))
     return out

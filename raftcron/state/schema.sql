@@ -305,3 +305,26 @@ CREATE TABLE IF NOT EXISTS concurrency_groups (
     updated_ms  INTEGER NOT NULL,
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
+
+-- Every committed change of a job (state.job_history): create, edit, pause, resume, bulk
+-- pause or resume, delete; who asked (null in entries from before the field), when (the
+-- command's stamp) and the spec after the change (for a delete: the last one). `seq`
+-- counts the changes of a job id over all its lives (a re-created id continues it);
+-- versions restart with a re-created job and pause/resume keep theirs. At most
+-- job_history.MAX_VERSIONS_PER_JOB rows per job id; those of a deleted job go with
+-- retention.
+CREATE TABLE IF NOT EXISTS job_history (
+    job_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    kind    TEXT NOT NULL CHECK (kind IN ('create', 'edit', 'pause', 'resume',
+                                          'bulk_pause', 'bulk_resume', 'delete')),
+    tenant  TEXT NOT NULL,
+    who     TEXT,
+    note    TEXT,
+    at_ms   INTEGER NOT NULL,
+    spec    TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_history_deletes ON job_history (at_ms, job_id)
+    WHERE kind = 'delete';

@@ -19,9 +19,11 @@ JOB_SPEC = {
 SAMPLES: list[c.Command] = [
     c.PutJob(request_id="r1", now_ms=1, job=JOB_SPEC, create=True),
     c.PutJob(request_id="r2", now_ms=2, job=JOB_SPEC, create=False, expected_version=4),
+    c.PutJob(request_id="r2b", now_ms=2, job=JOB_SPEC, create=False, who="ops#k1"),
     c.CreateJobs(request_id="r3", now_ms=3, jobs=[JOB_SPEC, {**JOB_SPEC, "id": "other"}]),
     c.DeleteJob(request_id="r3", now_ms=3, job_id="j1", expected_version=2),
     c.DeleteJob(request_id="r3b", now_ms=3, job_id="j1"),
+    c.DeleteJob(request_id="r3c", now_ms=3, job_id="j1", who="ops#k1"),
     c.PauseJob(request_id="r4", now_ms=4, job_id="j1"),
     c.ResumeJob(request_id="r5", now_ms=5, job_id="j1"),
     c.TriggerManual(request_id="r6", now_ms=6, job_id="j1", idempotency_key="k",
@@ -93,10 +95,11 @@ def test_envelope(cmd):
     assert obj["v"] == c.CODEC_VERSION
     assert obj["t"] == cmd.TYPE
     # Every field, except newer optional ones a command leaves out while unset (so that
-    # the previous version can still decode it: PutTenant's policy fields).
+    # the previous version can still decode it: PutTenant's policy fields, the `who` of the
+    # job commands).
     omitted = {f.name for f in dataclasses.fields(cmd)} - set(obj["a"])
     assert all(getattr(cmd, name) is None for name in omitted)
-    assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms"}
+    assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms", "who"}
 
 
 def test_raise_alert_written_before_deadline_ms_decodes_without_it():

@@ -15,8 +15,7 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-from raftcron.cli.client import ApiError
-from raftcron.cli.runs import EXIT_REFUSED, _client, _connection_args, _table
+from raftcron.cli.runs import _client, _connection_args, _table, api_call, exits_1_when_refused
 
 EXIT_USAGE = 2
 
@@ -53,6 +52,7 @@ def calendar_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+@exits_1_when_refused
 def cmd_calendar(args: argparse.Namespace) -> int:
     try:
         body = calendar_body(args) if args.calendar_action == "put" else None
@@ -80,9 +80,6 @@ def cmd_calendar(args: argparse.Namespace) -> int:
             out = client.request("DELETE", f"/v1/calendars/{quote(args.name, safe='')}",
                                  retries=3)
             rows, header = [(args.name, "deleted")], ("name", "state")
-    except ApiError as e:
-        print(f"raftcron: {e}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         client.close()
     if args.json:
@@ -92,6 +89,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
     return 0
 
 
+@exits_1_when_refused
 def cmd_bulk_pause(args: argparse.Namespace) -> int:
     given = [(k, getattr(args, k)) for k in ("tenant", "queue", "label")
              if getattr(args, k) is not None]
@@ -100,15 +98,8 @@ def cmd_bulk_pause(args: argparse.Namespace) -> int:
     if not args.note.strip():
         return _usage("--note must say why")
     action = "pause" if args.action == "pause-all" else "resume"
-    client = _client(args)
-    try:
-        out = client.request("POST", f"/v1/jobs:{action}",
-                             json={given[0][0]: given[0][1], "note": args.note}, retries=3)
-    except ApiError as e:
-        print(f"raftcron: {e}", file=sys.stderr)
-        return EXIT_REFUSED
-    finally:
-        client.close()
+    out = api_call(args, "POST", f"/v1/jobs:{action}",
+                   json={given[0][0]: given[0][1], "note": args.note}, retries=3)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

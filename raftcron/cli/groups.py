@@ -11,8 +11,7 @@ import sys
 import uuid
 from typing import Any
 
-from raftcron.cli.client import ApiError
-from raftcron.cli.runs import _client, _connection_args, _path, _refused, _table
+from raftcron.cli.runs import _connection_args, _path, _table, api_call, exits_1_when_refused
 
 
 def _limit(text: str) -> int:
@@ -54,19 +53,14 @@ def _print_group(group: dict[str, Any]) -> None:
                [(w["occurrence_id"], w["job_id"], w["due"]) for w in group["waiters"]])
 
 
+@exits_1_when_refused
 def cmd_group_set(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"limit": args.limit}
     if args.tenant:
         body["tenant"] = args.tenant
-    client = _client(args)
-    try:
-        group = client.request("PUT", f"/v1/concurrency-groups/{_path(args.name)}", json=body,
-                               headers={"Idempotency-Key": f"cli-{uuid.uuid4().hex}"},
-                               retries=3)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    group = api_call(args, "PUT", f"/v1/concurrency-groups/{_path(args.name)}", json=body,
+                     headers={"Idempotency-Key": f"cli-{uuid.uuid4().hex}"},
+                     retries=3)
     if args.json:
         print(json.dumps(group, indent=2))
     else:
@@ -74,16 +68,11 @@ def cmd_group_set(args: argparse.Namespace) -> int:
     return 0
 
 
+@exits_1_when_refused
 def cmd_group_show(args: argparse.Namespace) -> int:
     params = {"tenant": args.tenant} if args.tenant else None
-    client = _client(args)
-    try:
-        group = client.request("GET", f"/v1/concurrency-groups/{_path(args.name)}",
-                               params=params)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    group = api_call(args, "GET", f"/v1/concurrency-groups/{_path(args.name)}",
+                     params=params)
     if args.json:
         print(json.dumps(group, indent=2))
     else:
@@ -91,14 +80,9 @@ def cmd_group_show(args: argparse.Namespace) -> int:
     return 0
 
 
+@exits_1_when_refused
 def cmd_group_list(args: argparse.Namespace) -> int:
-    client = _client(args)
-    try:
-        data = client.request("GET", "/v1/concurrency-groups")
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    data = api_call(args, "GET", "/v1/concurrency-groups")
     if args.json:
         print(json.dumps(data, indent=2))
         return 0

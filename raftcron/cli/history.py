@@ -14,8 +14,14 @@ import json
 import sys
 from typing import Any
 
-from raftcron.cli.client import ApiError
-from raftcron.cli.runs import _client, _connection_args, _path, _refused, _run_limit, _table
+from raftcron.cli.runs import (
+    _connection_args,
+    _path,
+    _run_limit,
+    _table,
+    api_call,
+    exits_1_when_refused,
+)
 
 HEADER = ("seq", "version", "kind", "at (UTC)", "by", "change")
 
@@ -70,18 +76,13 @@ def history_rows(versions: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     return rows
 
 
+@exits_1_when_refused
 def cmd_job_history(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit}
     if args.before is not None:
         params["before"] = args.before
-    client = _client(args)
-    try:
-        page = client.request("GET", f"/v1/job-history/{_path(args.job_id)}", params=params,
-                              retries=3)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    page = api_call(args, "GET", f"/v1/job-history/{_path(args.job_id)}", params=params,
+                    retries=3)
     if args.json:
         print(json.dumps(page, indent=2))
         return 0

@@ -10,6 +10,7 @@ otherwise (failed, skipped, cancelled), so a script can wait on it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ ALERT_STATUSES = ("open", "resolved", "all")
 MAX_RUNS = 500
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+Command = Callable[[argparse.Namespace], int]
 
 
 # --- arguments -----------------------------------------------------------------------------
@@ -125,6 +127,28 @@ def _refused(error: ApiError) -> int:
     return EXIT_REFUSED
 
 
+def api_call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    """One API request with the command's servers and token (the client's retries and
+    failover apply); raises ApiError when refused or when no node answers."""
+    client = _client(args)
+    try:
+        return client.request(method, path, **kwargs)
+    finally:
+        client.close()
+
+
+def exits_1_when_refused(command: Command) -> Command:
+    """A command whose API refusal (or no node answering) is one line on stderr and exit
+    1, whichever of its requests was refused."""
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ApiError as e:
+            return _refused(e)
+    return run
+
+
 def _path(value: str) -> str:
     return quote(value, safe="")
 
@@ -160,6 +184,7 @@ def outcome(occ: dict[str, Any]) -> str:
 
 # --- job runs ------------------------------------------------------------------------------------
 
+@exits_1_when_refused
 def cmd_job_runs(args: argparse.Namespace) -> int:
     client = _client(args)
     try:
@@ -173,8 +198,6 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
         for occ in occurrences:  # the attempts say which worker ran it and for how long
             occ["attempt_list"] = [] if not occ["attempts"] else client.request(
                 "GET", f"/v1/occurrences/{_path(occ['id'])}", retries=3)["attempt_list"]
-    except ApiError as e:
-        return _refused(e)
     finally:
         client.close()
     zone = (job.get("schedule") or job["schedules"][0])["timezone"]  # several: the first's
@@ -205,14 +228,9 @@ def _occurrence(client: Client, occ_id: str) -> dict[str, Any]:
     return client.request("GET", f"/v1/occurrences/{_path(occ_id)}", retries=3)
 
 
+@exits_1_when_refused
 def cmd_run_show(args: argparse.Namespace) -> int:
-    client = _client(args)
-    try:
-        occ = _occurrence(client, args.occurrence_id)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    occ = api_call(args, "GET", f"/v1/occurrences/{_path(args.occurrence_id)}", retries=3)
     if args.json:
         print(json.dumps(occ, indent=2))
         return 0
@@ -261,6 +279,7 @@ class OutputFollower:
                 self.printed[att["id"]] = len(output)
 
 
+@exits_1_when_refused
 def cmd_run_logs(args: argparse.Namespace) -> int:
     client = _client(args)
     follower = OutputFollower()
@@ -274,8 +293,6 @@ def cmd_run_logs(args: argparse.Namespace) -> int:
                 print(f"-- occurrence {outcome(occ)}", file=sys.stderr)
                 return 0 if occ["status"] == "succeeded" else 1
             time.sleep(args.interval)
-    except ApiError as e:
-        return _refused(e)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -291,17 +308,12 @@ def alert_state(alert: dict[str, Any]) -> str:
     return alert["status"]
 
 
+@exits_1_when_refused
 def cmd_alerts(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"status": args.status, "limit": 500}
     if args.job_id:
         params["job_id"] = args.job_id
-    client = _client(args)
-    try:
-        data = client.request("GET", "/v1/alerts", params=params, retries=3)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    data = api_call(args, "GET", "/v1/alerts", params=params, retries=3)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -316,6 +328,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     return 0
 
 
+@exits_1_when_refused
 def cmd_alert_action(args: argparse.Namespace) -> int:
     if not args.note.strip():
         print("raftcron: --note must say why", file=sys.stderr)
@@ -323,14 +336,8 @@ def cmd_alert_action(args: argparse.Namespace) -> int:
     # A key always: the client retries a 503 whose outcome is unknown, which must not act
     # twice (a second ack would be refused as "already acknowledged" by ourselves).
     headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
-    client = _client(args)
-    try:
-        alert = client.request("POST", f"/v1/alerts/{_path(args.alert_id)}/{args.action}",
-                               json={"note": args.note}, headers=headers, retries=3)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    alert = api_call(args, "POST", f"/v1/alerts/{_path(args.alert_id)}/{args.action}",
+                     json={"note": args.note}, headers=headers, retries=3)
     if args.json:
         print(json.dumps(alert, indent=2))
         return 0
@@ -341,6 +348,7 @@ def cmd_alert_action(args: argparse.Namespace) -> int:
     return 0
 
 
+@exits_1_when_refused
 def cmd_run_cancel(args: argparse.Namespace) -> int:
     """Queued: cancelled now. Running: its worker is told at its next heartbeat and kills
     the job's process group; the occurrence ends `cancelled` once it has (follow it with
@@ -349,14 +357,8 @@ def cmd_run_cancel(args: argparse.Namespace) -> int:
         print("raftcron: --note must say why", file=sys.stderr)
         return EXIT_USAGE
     headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
-    client = _client(args)
-    try:
-        occ = client.request("POST", f"/v1/occurrences/{_path(args.occurrence_id)}/cancel",
-                             json={"note": args.note}, headers=headers, retries=3)
-    except ApiError as e:
-        return _refused(e)
-    finally:
-        client.close()
+    occ = api_call(args, "POST", f"/v1/occurrences/{_path(args.occurrence_id)}/cancel",
+                   json={"note": args.note}, headers=headers, retries=3)
     if args.json:
         print(json.dumps(occ, indent=2))
         return 0

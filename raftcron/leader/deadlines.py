@@ -48,11 +48,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.proposer import Proposer
+from raftcron.core.calendar import CompiledCalendar, without_excluded
 from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
 from raftcron.core.identity import job_scheduled_occurrences_after, scheduled_occurrence_id
 from raftcron.core.model import Job
 from raftcron.leader.alert_commands import propose_alert_change
 from raftcron.leader.ticker import now_ms
+from raftcron.state.calendars import load_compiled_calendars
 from raftcron.state.db import ThreadReader
 
 log = logging.getLogger("raftcron.deadlines")
@@ -114,6 +116,16 @@ START_OPEN_SQL = open_sql(START_KIND)
 
 def alert_id(occurrence_id: str, kind: str = KIND) -> str:
     return f"{kind}:{occurrence_id}"
+
+
+def _not_excluded(instants: list[int], names: list[str],
+                  calendars: dict[str, CompiledCalendar]) -> list[int]:
+    """The unclaimed instants the job's calendars do not exclude: an excluded instant was
+    never due, so it is not missed (the ticker claims it as skipped once it runs). A
+    calendar that cannot be read (absent: apply refuses deleting one a job lists) excludes
+    nothing, so an alert is raised rather than silently dropped."""
+    cals = [calendars[name] for name in names if name in calendars]
+    return without_excluded(instants, cals)[0]
 
 
 @dataclass(frozen=True)
@@ -257,6 +269,7 @@ class Deadlines:
         commands: list[Command] = []
         cursors: dict[str, int] = {}
         cursor = self.cursors[bound.kind]
+        calendars: dict[str, CompiledCalendar] | None = None  # loaded when a job names one
         for job_id, paused, watermark, spec_text in conn.execute(bound.jobs_sql).fetchall():
             if len(commands) >= MAX_COMMANDS_PER_PASS:
                 break
@@ -276,6 +289,10 @@ class Deadlines:
                     bound.judge(row, t + deadline_ms, spec), bound.kind)
             if not paused and watermark < through:
                 instants = self._unclaimed(spec, max(start, watermark), through)
+                if spec.get("calendars"):
+                    if calendars is None:
+                        calendars = load_compiled_calendars(conn)
+                    instants = _not_excluded(instants, spec["calendars"], calendars)
                 if len(instants) >= UNCLAIMED_PER_JOB:
                     through = instants[-1]
                 for t in instants:

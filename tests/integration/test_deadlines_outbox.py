@@ -17,6 +17,7 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core import delivery, identity
+from raftcron.core.calendar import parse_calendar
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.outbox import OutboxDelivery, backoff_s, webhook_body, webhook_headers
 from raftcron.state.db import ThreadReader, open_reader
@@ -102,6 +103,22 @@ def test_running_failed_and_unclaimed_instants(node: Node) -> None:
     assert got == {("run", "running_too_long"), ("fail", "failed"), ("gap", "missed")}
     gap = next(x for x in cmds if x.job_id == "gap")  # type: ignore[attr-defined]
     assert gap.occurrence_id == occ("gap", at)  # type: ignore[attr-defined]
+
+
+def test_an_unclaimed_instant_a_calendar_excludes_is_not_missed(node: Node) -> None:
+    """The ticker did not run (an outage) through three instants; the job's calendar
+    excludes the middle one, which was never due: only the other two are missed."""
+    at = T0 + MIN
+    cal = parse_calendar({"timezone": "UTC", "exclude": [
+        {"start": "2026-01-01T00:02:00Z", "end": "2026-01-01T00:02:30Z"}]}, "maint")
+    assert node.apply(c.PutCalendar(node.rid(), T0, cal.to_spec()))["ok"]
+    node.create("cal", now=T0, deadline_s=10, calendars=["maint"])
+    node.create("plain", now=T0, deadline_s=10)
+    cmds = plan(node, deadlines(node), at + 2 * MIN + 11 * SEC)
+    missed = sorted((x.job_id, x.scheduled_for_ms) for x in cmds  # type: ignore[attr-defined]
+                    if x.TYPE == "raise_alert")
+    assert missed == [("cal", at), ("cal", at + 2 * MIN),
+                      ("plain", at), ("plain", at + MIN), ("plain", at + 2 * MIN)]
 
 
 def test_paused_and_overlap_skips_raise_nothing(node: Node) -> None:

@@ -10,7 +10,7 @@ from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
-from raftcron.state.cancellation import cancelled_by
+from raftcron.state.cancellation import cancelled_by, end_cancelled
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.groups import GroupLimiter
@@ -359,8 +359,10 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             "WHERE id = ?",
             (final, cmd.now_ms, exit_code, output, attempt_id),
         )
-        if final == "cancelled":
-            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, by_hand or "replaced")
+        if by_hand is not None:
+            end_cancelled(ctx, att[A_OCC], att[A_JOB], cmd.now_ms)
+        elif final == "cancelled":
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
@@ -428,7 +430,7 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
         )
         by_hand = cancelled_by(conn, att[A_OCC]) if att[A_CANCEL] else None
         if by_hand is not None:  # cancelled by a person: the lease ended, never retried
-            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, by_hand)
+            end_cancelled(ctx, att[A_OCC], att[A_JOB], cmd.now_ms)
             continue
         spec = _job_spec(conn, att[A_JOB], specs)
         retry_or_fail(ctx, att, spec, cmd.now_ms, why)

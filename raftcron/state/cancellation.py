@@ -31,9 +31,21 @@ def cancelled_by(conn: sqlite3.Connection, occurrence_id: str) -> str | None:
     return None if row is None else cancel_reason(row[0])
 
 
+def end_cancelled(ctx: ApplyContext, occurrence_id: str, job_id: str, now_ms: int) -> None:
+    """End an occurrence that a person cancelled: `cancelled`, with who as its reason, and
+    an `occurrence.cancelled` outbox row (to the cluster's receivers and the job's
+    `notify` URLs) saying who and why, so a run that will not happen is not silent."""
+    who, note = ctx.conn.execute("SELECT who, note FROM cancellations WHERE occurrence_id = ?",
+                                 (occurrence_id,)).fetchone()
+    ctx.conn.execute("UPDATE occurrences SET status = 'cancelled', reason = ?, finished_ms = ? "
+                     "WHERE id = ?", (cancel_reason(who), now_ms, occurrence_id))
+    ctx.enqueue_outbox("occurrence.cancelled", {
+        "job_id": job_id, "occurrence_id": occurrence_id, "by": who, "note": note}, now_ms)
+
+
 def cancel_occurrence(ctx: ApplyContext, cmd: CancelOccurrence) -> dict[str, Any]:
     conn = ctx.conn
-    row = conn.execute("SELECT status, tenant FROM occurrences WHERE id = ?",
+    row = conn.execute("SELECT status, tenant, job_id FROM occurrences WHERE id = ?",
                        (cmd.occurrence_id,)).fetchone()
     if row is None or (cmd.tenants is not None and row[1] not in cmd.tenants):
         return rejected(errors.NOT_FOUND, f"occurrence {cmd.occurrence_id!r} does not exist",
@@ -58,6 +70,5 @@ def cancel_occurrence(ctx: ApplyContext, cmd: CancelOccurrence) -> dict[str, Any
         "WHERE id >= ? AND id < ? AND status = 'running'", (lo, hi)).rowcount
     if running:
         return ok(status="running", cancel_requested=True, already_requested=False)
-    conn.execute("UPDATE occurrences SET status = 'cancelled', reason = ?, finished_ms = ? "
-                 "WHERE id = ?", (reason, cmd.now_ms, cmd.occurrence_id))
+    end_cancelled(ctx, cmd.occurrence_id, row[2], cmd.now_ms)
     return ok(status="cancelled", cancel_requested=False, already_requested=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from raftcron.core import commands as c
@@ -19,6 +21,16 @@ def cancel(n: Node, occ_id: str, now: int, who: str = "alice", tenants=None) -> 
     return n.apply(c.CancelOccurrence(n.rid(), now, occ_id, who, "wrong data", tenants))
 
 
+def cancelled_events(n: Node) -> list[dict]:
+    """The `occurrence.cancelled` outbox rows' payloads, oldest first."""
+    return [json.loads(p) for (p,) in n.q(
+        "SELECT payload FROM outbox WHERE event = 'occurrence.cancelled' ORDER BY id")]
+
+
+ANNOUNCED = {"job_id": "j", "occurrence_id": occ("j", T0 + MIN), "by": "alice",
+             "note": "wrong data"}
+
+
 # --- cancel ------------------------------------------------------------------------------
 
 def test_a_queued_run_is_cancelled_at_once_and_never_leased(node):
@@ -32,6 +44,7 @@ def test_a_queued_run_is_cancelled_at_once_and_never_leased(node):
     assert node.lease([att("j", T0 + MIN)], T0 + MIN + 20)["leases"] == []
     row = node.one("SELECT who, note, at_ms FROM cancellations")
     assert row == ("alice", "wrong data", T0 + MIN + 10)
+    assert cancelled_events(node) == [ANNOUNCED], "receivers hear that the run will not happen"
 
 
 def _running(node: Node) -> int:
@@ -47,6 +60,7 @@ def test_a_running_run_is_told_by_heartbeat_and_ends_cancelled(node):
     r = cancel(node, occ("j", T0 + MIN), T0 + MIN + 200)
     assert r["ok"] and r["status"] == "running" and r["cancel_requested"], r
     assert node.occurrence(occ("j", T0 + MIN))["status"] == "running"  # until it stops
+    assert cancelled_events(node) == [], "announced when it has ended, not before"
     assert node.hb(att("j", T0 + MIN), token, T0 + MIN + 300)["cancel"] is True
     done = node.complete(att("j", T0 + MIN), token, T0 + MIN + 900, "failed", -15, "killed")
     assert done["ok"] and done["status"] == "cancelled", done
@@ -54,6 +68,7 @@ def test_a_running_run_is_told_by_heartbeat_and_ends_cancelled(node):
     assert (o["status"], o["reason"]) == ("cancelled", "cancelled by alice")
     a = node.attempt(att("j", T0 + MIN))
     assert (a["status"], a["exit_code"], a["output"]) == ("cancelled", -15, "killed")
+    assert cancelled_events(node) == [ANNOUNCED]
 
 
 def test_a_late_success_after_the_cancel_does_not_flip_it_back(node):
@@ -66,6 +81,7 @@ def test_a_late_success_after_the_cancel_does_not_flip_it_back(node):
     again = node.complete(att("j", T0 + MIN), token, T0 + MIN + 400, "succeeded", 0, "done")
     assert again["ok"] and again["duplicate"], again  # the worker's resend is acknowledged
     assert node.occurrence(occ("j", T0 + MIN))["status"] == "cancelled"
+    assert cancelled_events(node) == [ANNOUNCED], "once, whatever is resent"
 
 
 def test_a_cancelled_run_whose_worker_vanished_is_not_retried(node):
@@ -77,6 +93,7 @@ def test_a_cancelled_run_whose_worker_vanished_is_not_retried(node):
     o = node.occurrence(occ("j", T0 + MIN))
     assert (o["status"], o["reason"]) == ("cancelled", "cancelled by alice")
     assert node.attempt(att("j", T0 + MIN, 2)) is None
+    assert cancelled_events(node) == [ANNOUNCED]
 
 
 def test_a_replaced_run_that_succeeded_still_counts_as_succeeded(node):
@@ -87,6 +104,7 @@ def test_a_replaced_run_that_succeeded_still_counts_as_succeeded(node):
     node.fire("j", T0 + 2 * MIN)
     done = node.complete(att("j", T0 + MIN), token, T0 + 2 * MIN + 5)
     assert done["status"] == "succeeded"
+    assert cancelled_events(node) == [], "nobody cancelled it"
 
 
 @pytest.mark.parametrize("outcome", ["succeeded", "failed"])
@@ -108,6 +126,7 @@ def test_a_second_cancel_while_it_stops_changes_nothing(node):
     r = cancel(node, occ("j", T0 + MIN), T0 + MIN + 300, who="bob")
     assert r["ok"] and r["already_requested"], r
     assert node.one("SELECT who FROM cancellations")[0] == "alice"
+    assert cancelled_events(node) == []
 
 
 def test_another_tenants_run_is_not_found_in_apply(node):

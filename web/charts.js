@@ -82,6 +82,7 @@ export function renderHerd(container, herd) {
     `steady about ${fmt(steady)} per minute; ${peakText}` +
     (peak && steady ? `, ${fmt(peak.count - steady)} above the steady level` : "") + "." +
     (others.length ? ` Other spikes: ${others.join(", ")}.` : "") +
+    (herd.excluded ? ` ${fmt(herd.excluded)} more excluded by calendars.` : "") +
     (herd.truncated ? " Truncated: too many instants to count them all." : "");
 }
 

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from raftcron.api.auth import tenant_clause, visible_tenants
 from raftcron.api.heavy import heavy_reads
 from raftcron.api.jobs import MAX_PAGE, ctx_of, next_fire_times
+from raftcron.core.calendar import Calendar, CompiledCalendar, excluding_calendar
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import Job
 from raftcron.core.schedule import CronSchedule, ScheduleError
@@ -136,30 +137,38 @@ def _fires_rest_of_minute(sched: CronSchedule, tz: ZoneInfo, job: Job, first: in
 
 
 def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
-                 cap: int = HERD_MAX_INSTANTS) -> dict[str, Any]:
+                 cap: int = HERD_MAX_INSTANTS,
+                 calendars: dict[str, CompiledCalendar] | None = None) -> dict[str, Any]:
     """Count fire instants per bucket over [start, start + hours). Work is capped at `cap`
     schedule steps in total (counted or not: an instant before a job's `start_at` costs
     as much as one in the window); the answer says when it was truncated. A job firing
     several times a minute costs one step per minute, not per instant (whole-minute
     buckets, away from DST transitions and bounds; see _fires_rest_of_minute). A bucket
-    size that does not divide the window leaves the last bucket shorter."""
+    size that does not divide the window leaves the last bucket shorter. Instants one of
+    a job's `calendars` excludes are not due: they are counted in `excluded`, not in the
+    buckets (such a job costs one step per instant)."""
     buckets = -(-hours * 3600 // bucket_s)
     counts = [0] * buckets
     end_s = start_ms // 1000 + hours * 3600
     start_s = start_ms // 1000
     seen = 0
+    excluded = 0
     truncated = False
     counted_jobs = 0
     whole_minutes = bucket_s % 60 == 0 and start_s % 60 == 0
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
-        if job.schedules:  # several schedules: their union, one step per instant
+        cals = [(calendars or {})[n] for n in job.calendars if n in (calendars or {})]
+        if job.schedules or cals:  # their union, or calendars: one step per instant
             counted_jobs += 1
             for nxt_ms in job.fire_times().iter_after(start_s * 1000 - 1, end_s * 1000 - 1):
                 if seen >= cap:
                     truncated = True
                     break
                 seen += 1
+                if cals and excluding_calendar(cals, nxt_ms) is not None:
+                    excluded += 1
+                    continue
                 counts[(nxt_ms // 1000 - start_s) // bucket_s] += 1
             if truncated:
                 break
@@ -194,7 +203,8 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     peak = max(range(buckets), key=counts.__getitem__) if any(counts) else None
     return {
         "start": ms_to_iso(start_s * 1000), "hours": hours, "bucket_s": bucket_s,
-        "counts": counts, "total": sum(counts), "jobs": counted_jobs, "truncated": truncated,
+        "counts": counts, "total": sum(counts), "excluded": excluded, "jobs": counted_jobs,
+        "truncated": truncated,
         "peak": None if peak is None else {
             "at": ms_to_iso((start_s + peak * bucket_s) * 1000), "count": counts[peak]},
     }
@@ -218,11 +228,13 @@ async def herd(request: Request) -> JSONResponse:
     specs = [r[0] for r in await ctx.fetchall(
         f"SELECT spec FROM jobs WHERE paused = 0 {f'AND {clause} ' if clause else ''}"
         "ORDER BY id", params)]
+    calendars = {name: Calendar.from_spec(json.loads(spec)).compiled()
+                 for name, spec in await ctx.fetchall("SELECT name, spec FROM calendars")}
     start = (int(time.time()) // 60 + 1) * 60 * 1000
     # Kept 30 s per parameter set, and one heavy computation per node at a time however
     # the parameters vary (api/heavy.py); its work is capped (HERD_MAX_INSTANTS steps).
     result = await gate.run(key, compute_herd, specs, start, hours, bucket_s,
-                            keep_s=HERD_CACHE_S)
+                            HERD_MAX_INSTANTS, calendars, keep_s=HERD_CACHE_S)
     return JSONResponse(result)
 
 

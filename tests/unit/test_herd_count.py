@@ -79,3 +79,24 @@ def test_ten_per_second_jobs_and_a_midnight_herd_are_counted_exactly_within_the_
     assert herd["total"] == 10 * 86_400 + 1000
     assert herd["peak"] == {"at": "2026-01-02T00:00:00Z", "count": 1600}
     assert sorted(set(herd["counts"])) == [600, 1600]
+
+
+def test_instants_a_calendar_excludes_are_not_counted_as_due() -> None:
+    """A per-minute job under a calendar that excludes 10:00-11:00 and one whole date: the
+    chart shows those minutes empty and counts them as excluded; the same job without the
+    calendar is counted in full."""
+    from raftcron.core.calendar import parse_calendar
+
+    cal = parse_calendar({"timezone": "UTC", "exclude": [
+        {"start": "2026-01-01T10:00:00Z", "end": "2026-01-01T11:00:00Z"},
+        {"date": "2026-01-02"}]}, "maint")
+    job = parse_job({"id": "j", "schedule": "* * * * *", "calendars": ["maint"],
+                     "target": {"shell": "true"}})
+    text = json.dumps(job.to_spec())
+    start_ms = parse_iso_ms("2026-01-01T00:00:00Z", "start")
+    herd = compute_herd([text], start_ms, 48, 3600, calendars={"maint": cal.compiled()})
+    assert herd["counts"][:10] == [60] * 10 and herd["counts"][10] == 0
+    assert herd["counts"][11:24] == [60] * 13 and herd["counts"][24:] == [0] * 24
+    assert herd["excluded"] == 60 + 24 * 60 and herd["total"] == 23 * 60
+    plain = compute_herd([text], start_ms, 48, 3600)  # no calendar loaded: nothing excluded
+    assert plain["total"] == 48 * 60 and plain["excluded"] == 0

@@ -8,13 +8,14 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -66,8 +67,19 @@ async def index(request: Request) -> Response:
     return JSONResponse({"status_page": "not installed", "api": "/openapi.json"})
 
 
+async def job_page(request: Request) -> Response:
+    """`/jobs/{id}`, a job page's address to share: the page routes by its fragment
+    (`/#/jobs/{id}`, no build step, one HTML file), so this sends the browser there. The
+    id is re-quoted whole, so the target is always this node's own page."""
+    return RedirectResponse(f"/#/jobs/{quote(request.path_params['job_id'], safe='')}",
+                            status_code=302)
+
+
+# The status page's own addresses, not API routes (not in /openapi.json).
+PAGE_PATHS = frozenset({"/", "/jobs/{job_id:path}"})
 ROUTES = [
     Route("/", index),
+    Route("/jobs/{job_id:path}", job_page, methods=["GET"]),
     Route("/healthz", cluster.healthz),
     Route("/readyz", cluster.readyz),
     Route("/openapi.json", openapi),

@@ -51,7 +51,9 @@ def is_worker_path(path: str) -> bool:
 def is_open(method: str, path: str) -> bool:
     if method not in READ_METHODS:
         return False
-    return path in OPEN_PATHS or path == "/web" or path.startswith("/web/")
+    # `/jobs/...` only redirects to the page, which asks for a token itself.
+    return (path in OPEN_PATHS or path == "/web" or path.startswith("/web/")
+            or path.startswith("/jobs/"))
 
 
 class Authenticator:

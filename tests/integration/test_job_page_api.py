@@ -249,3 +249,19 @@ async def test_a_job_starting_at_the_end_of_the_calendar_has_no_fire_time_shown(
                       params={"after": "9998-12-31T23:59:59Z", "cron": "0 0 1 1 *"})
     assert r.status_code == 200, r.text
     assert r.json()["proposed"]["upcoming"] == []
+
+
+@pytest.mark.parametrize(("path", "target"), [
+    ("/jobs/invoices", "/#/jobs/invoices"),
+    ("/jobs/a%2Fb%20c", "/#/jobs/a%2Fb%20c"),  # the id is quoted whole
+    ("/jobs//evil.example/x", "/#/jobs/%2Fevil.example%2Fx"),  # never another host
+])
+async def test_a_job_pages_address_redirects_to_the_page_without_a_token(
+        api: httpx.AsyncClient, path: str, target: str) -> None:
+    """`/jobs/{id}` is shareable: it sends the browser to the page's own route for the job
+    (no token needed, as for the page: the data behind it still asks for one)."""
+    resp = await api.get(path, follow_redirects=False)
+    assert resp.status_code == 302, resp.text
+    assert resp.headers["location"] == target
+    assert (await api.post(path)).status_code in (401, 405)
+    assert (await api.get("/v1/jobs/invoices")).status_code == 401, "data still needs a token"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from raftcron.api.app import ROUTES
+from raftcron.api.app import PAGE_PATHS, ROUTES
 from raftcron.testing import LocalCluster, wait_until
 
 pytestmark = pytest.mark.system
@@ -501,7 +501,7 @@ def test_job_detail_has_next_fire_times_and_latest_occurrence(api: Api) -> None:
 # --- service routes ------------------------------------------------------------------------
 
 def _api_routes() -> list[Route]:
-    return [r for r in ROUTES if isinstance(r, Route) and r.path != "/"]
+    return [r for r in ROUTES if isinstance(r, Route) and r.path not in PAGE_PATHS]
 
 
 def _spec_path(route: Route) -> str:

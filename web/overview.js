@@ -11,6 +11,16 @@ import { renderHerd, renderLag } from "./charts.js";
 const sort = { key: "id", dir: 1 };
 let jobsData = [];
 let jobsTruncated = false;  // the server lists at most 200 jobs
+let fleetTruncated = false;  // the unfiltered list was cut at 200: the filter asks the server
+let jobsSearched = false;  // jobsData is the server's answer to the filter's words
+let searchTimer = null;
+
+// The jobs to ask for: all (the first 200 by id), or, when the fleet is larger than that
+// and the filter has words, the first 200 the server finds for them (GET ?q=).
+function jobsPath() {
+  const q = $("#job-filter").value.trim().slice(0, 200);
+  return q && fleetTruncated ? `/v1/status/jobs?q=${encodeURIComponent(q)}` : "/v1/status/jobs";
+}
 const alertForms = new Map();  // alert id -> "ack" | "resolve": its note form is open
 let alertsData = null;
 
@@ -161,8 +171,8 @@ const SORT_KEYS = {
 };
 
 function matches(j, words) {
-  const hay = [j.id, j.tenant, j.schedule.queue, j.describe, j.schedule.cron,
-    j.schedule.timezone, j.paused ? "paused" : "active",
+  const hay = [j.id, j.tenant, j.queue, j.describe, j.schedule.cron,
+    j.schedule.timezone, ...Object.entries(j.labels || {}).flat(), j.paused ? "paused" : "active",
     j.last_run ? j.last_run.status : "never"].join(" ").toLowerCase();
   return words.every((w) => hay.includes(w));
 }
@@ -177,7 +187,10 @@ function visibleJobs() {
 
 function renderJobs(tbody) {
   const jobs = visibleJobs();
-  const more = jobsTruncated ? "; more exist, only the first 200 by name are listed" : "";
+  const more = jobsSearched
+    ? (jobsTruncated ? "; searched all jobs, the first 200 matches by name are listed"
+      : "; searched all jobs")
+    : jobsTruncated ? "; more exist, only the first 200 by name are listed: type to search all" : "";
   $("#jobs-count").textContent = jobs.length === jobsData.length
     ? `(${jobsData.length}${more})` : `(${jobs.length} of ${jobsData.length} shown${more})`;
   const done = () => { forget("jobs"); refreshOverview(); };
@@ -229,7 +242,12 @@ function setupJobsTable() {
       } }, th.textContent, el("span", { class: "arrow", "aria-hidden": "true" })));
   }
   showSort();
-  $("#job-filter").addEventListener("input", drawJobs);
+  $("#job-filter").addEventListener("input", () => {
+    drawJobs();
+    if (!fleetTruncated) return;
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(refreshOverview, 300);
+  });
 }
 
 // --- the rest -----------------------------------------------------------------------------
@@ -285,12 +303,14 @@ async function readyz() {
 }
 
 export async function refreshOverview() {
+  const jobsAt = jobsPath();
   const results = await Promise.allSettled([
     readyz(), api("/v1/cluster/nodes"), api("/v1/alerts?status=open&limit=100"),
-    api("/v1/alerts?status=resolved&limit=5"), api("/v1/status/jobs"),
+    api("/v1/alerts?status=resolved&limit=5"), api(jobsAt),
     api("/v1/attempts?status=running&limit=100"), api("/v1/workers"), api("/v1/tenants"),
     api("/v1/status/queues"), api("/v1/calendars"),
   ]);
+  const searched = jobsAt !== "/v1/status/jobs";
   const [ready, nodes, open, resolved, jobs, running, workers, tenants, queues, calendars] =
     results.map((r) => (r.status === "fulfilled" ? r.value : null));
   if (nodes) {
@@ -309,6 +329,8 @@ export async function refreshOverview() {
   if (jobs) {
     jobsData = jobs.jobs;
     jobsTruncated = jobs.truncated;
+    jobsSearched = searched;
+    if (!searched) fleetTruncated = jobs.truncated;
     drawJobs();
   }
   if (running) render("running", running.attempts, $("#running tbody"), renderRunning);

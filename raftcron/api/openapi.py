@@ -473,7 +473,9 @@ def _spec() -> dict[str, Any]:
             "/v1/status/jobs": {"get": _op(
                 "Jobs with schedule in words, next fire times and recent occurrences",
                 params=[_query("timeline", {"type": "integer", "minimum": 1,
-                                            "maximum": status.TIMELINE_MAX})])},
+                                            "maximum": status.TIMELINE_MAX}),
+                        _query("q", {"type": "string",
+                                     "maxLength": status.MAX_QUERY_CHARS})])},
             "/v1/status/jobs/{job_id}": {"get": _op(
                 "One job for its page: schedule in words, next fire times marked where "
                 "the zone's UTC offset changes (DST); cron, timezone, dst_gap or dst_fold "

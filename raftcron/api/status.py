@@ -26,6 +26,7 @@ from raftcron.state.queries import JOB_SELECT, job_to_api, occurrence_to_api, re
 
 MAX_JOBS = 200
 TIMELINE_MAX = 60
+MAX_QUERY_CHARS = 200
 HERD_MAX_INSTANTS = 100_000
 HERD_CACHE_S = 30.0
 HERD_MAX_HOURS = 168
@@ -39,14 +40,44 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
     return int(raw)
 
 
+# What `q` searches: never the whole spec, whose target and environment may hold secrets
+# (a search would tell whether a secret contains a word).
+SEARCHED = ("id || ' ' || tenant || ' ' || queue || ' ' || "
+            "coalesce(json_extract(spec, '$.schedule.cron'), '') || ' ' || "
+            "coalesce(json_extract(spec, '$.schedule.timezone'), '') || ' ' || "
+            "coalesce(json_extract(spec, '$.schedules'), '') || ' ' || "
+            "coalesce(json_extract(spec, '$.labels'), '') || "
+            "CASE WHEN paused THEN ' paused' ELSE ' active' END")
+
+
+def search_words(request: Request) -> list[str]:
+    """`q`: words a job must all contain (case-insensitive) in its id, tenant, queue,
+    schedules (cron, zone, names), labels or state (`paused`/`active`)."""
+    text = request.query_params.get("q", "")
+    if len(text) > MAX_QUERY_CHARS:
+        raise ValidationError("q", f"must be at most {MAX_QUERY_CHARS} characters")
+    return text.lower().split()
+
+
+def _like(word: str) -> str:
+    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 async def jobs_overview(request: Request) -> JSONResponse:
     """Every job (up to 200) with its schedule in words, next five fire times, last run
-    and a timeline of its most recent occurrences."""
+    and a timeline of its most recent occurrences; with `q`, the first 200 that match it,
+    so a job beyond the first 200 of a large fleet can be found."""
     ctx = ctx_of(request)
     per_job = int_param(request, "timeline", 30, 1, TIMELINE_MAX)
     clause, params = tenant_clause(request)
-    rows = await ctx.fetchall(f"{JOB_SELECT}{f' WHERE {clause}' if clause else ''} "
-                              "ORDER BY id LIMIT ?", (*params, MAX_JOBS + 1))
+    conditions = [clause] if clause else []
+    for word in search_words(request):
+        conditions.append(f"lower({SEARCHED}) LIKE ? ESCAPE '\\'")
+        params = [*params, _like(word)]
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    rows = await ctx.fetchall(f"{JOB_SELECT}{where} ORDER BY id LIMIT ?",
+                              (*params, MAX_JOBS + 1))
     out = []
     for row in rows[:MAX_JOBS]:
         job = job_to_api(row)
@@ -59,7 +90,8 @@ async def jobs_overview(request: Request) -> JSONResponse:
         occs = await ctx.fetchall(*recent_occurrences(row[0], per_job))
         timeline = [occurrence_to_api(o) for o in occs]
         out.append({
-            "id": job["id"], "tenant": job["tenant"], "paused": job["paused"],
+            "id": job["id"], "tenant": job["tenant"], "queue": job["queue"],
+            "paused": job["paused"],
             "version": job["version"], "schedule": first, "describe": described,
             "schedules": job.get("schedules"), "calendars": job["calendars"],
             "labels": job["labels"],

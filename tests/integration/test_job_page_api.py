@@ -265,3 +265,60 @@ async def test_a_job_pages_address_redirects_to_the_page_without_a_token(
     assert resp.headers["location"] == target
     assert (await api.post(path)).status_code in (401, 405)
     assert (await api.get("/v1/jobs/invoices")).status_code == 401, "data still needs a token"
+
+
+def _ids(resp: httpx.Response) -> list[str]:
+    assert resp.status_code == 200, resp.text
+    return [j["id"] for j in resp.json()["jobs"]]
+
+
+async def test_the_overview_finds_a_job_beyond_the_first_200_by_q(
+        node: Node, api: httpx.AsyncClient) -> None:
+    """250 more jobs: the plain list stops at 200 by id; `q` searches the whole fleet in
+    id, tenant, queue, schedule and state, and still only within the caller's tenants."""
+    for i in range(250):
+        spec = parse_job({"id": f"fleet-{i:03d}", "tenant": "acme", "schedule": "0 3 * * *",
+                          "queue": "nightly" if i == 249 else "default",
+                          "target": {"shell": "true"}}).to_spec()
+        assert node.apply(c.PutJob(f"fleet-{i}", node.now, spec, True))["ok"]
+    admin = node.auth("ops")
+    plain = await api.get("/v1/status/jobs", headers=admin)
+    assert plain.json()["truncated"] is True and "fleet-249" not in _ids(plain)
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "FLEET-249"},
+                              headers=admin)) == ["fleet-249"]
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "nightly fleet"},
+                              headers=admin)) == ["fleet-249"]
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "berlin"},
+                              headers=admin)) == ["invoices"]
+    found = await api.get("/v1/status/jobs", params={"q": "fleet-24"}, headers=admin)
+    assert _ids(found) == [f"fleet-{i}" for i in range(240, 250)]
+    assert found.json()["truncated"] is False
+    # LIKE's wildcards are plain characters in q.
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "fleet_%"},
+                              headers=admin)) == []
+    # Another tenant's job is not found by name, nor counted.
+    acme = node.auth("acme-bot")
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "payroll"}, headers=acme)) == []
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "payroll"},
+                              headers=node.auth("reader"))) == ["payroll"]
+
+
+async def test_q_never_searches_a_jobs_command_or_environment(
+        node: Node, api: httpx.AsyncClient) -> None:
+    """A search over the whole definition would tell a read token whether a secret in a
+    target contains a word."""
+    spec = parse_job({"id": "vault", "tenant": "acme", "schedule": "0 3 * * *",
+                      "target": {"shell": "curl -H 'X-Key: hunter2' example.invalid"}}
+                     ).to_spec()
+    assert node.apply(c.PutJob("vault", node.now, spec, True))["ok"]
+    admin = node.auth("ops")
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "vault"},
+                              headers=admin)) == ["vault"]
+    assert _ids(await api.get("/v1/status/jobs", params={"q": "hunter2"},
+                              headers=admin)) == []
+
+
+async def test_a_q_too_long_is_a_400_naming_it(api: httpx.AsyncClient, node: Node) -> None:
+    resp = await api.get("/v1/status/jobs", params={"q": "x" * 201}, headers=node.auth("ops"))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["field"] == "q"

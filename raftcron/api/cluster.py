@@ -30,8 +30,10 @@ async def cluster(request: Request) -> JSONResponse:
 
 
 async def healthz(request: Request) -> JSONResponse:
-    # now_ms lets peers compare wall clocks (leader.clock.ClockGuard).
-    return JSONResponse({"status": "ok", "now_ms": int(time.time() * 1000)})
+    # now_ms lets peers compare wall clocks (leader.clock.ClockGuard); protocol_level
+    # announces what this node reads (cluster.levels), for the leader's cluster level.
+    return JSONResponse({"status": "ok", "now_ms": int(time.time() * 1000),
+                         "protocol_level": ctx_of(request).node.protocol_level})
 
 
 async def cluster_tick(request: Request, status: dict[str, Any]) -> dict[str, Any]:

@@ -14,15 +14,19 @@ the features work.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raftcron.cli.calendars import EXIT_REFUSED
 from raftcron.cluster.levels import TEST_LEVEL_ENV
 from raftcron.testing import LocalCluster, wait_until
 from tests.system.helpers import add_job
@@ -78,6 +82,12 @@ def _views(c: LocalCluster) -> dict[str, dict[str, Any]]:
     return {nid: c.cluster_view(nid) or {} for nid in c.procs}
 
 
+def _cli(c: LocalCluster, nid: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RAFTCRON_TOKEN": c.admin_token}
+    return subprocess.run([sys.executable, "-m", "raftcron", *args, "--server", c.urls[nid]],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
 def _restart(c: LocalCluster, nid: str, *, old: bool) -> None:
     c.signal(nid, signal.SIGTERM)
     assert c.procs[nid].wait(timeout=20) == 0
@@ -125,6 +135,13 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
         run_id = _pending_occurrence(c, leader)
         _expect_not_upgraded(c.post(OLD, f"/v1/occurrences/{run_id}/cancel",
                                     {"note": "x"}), "cancel")
+        panel = {n["node_id"]: (n["protocol_level"], n["cluster_level"])
+                 for n in c.get(leader, "/v1/cluster/nodes")["nodes"]}
+        assert panel == {"n1": (2, 1), "n2": (2, 1), OLD: (1, 1)}, panel
+        out = _cli(c, leader, "calendar", "put", "holidays", "--date", "2030-12-25")
+        assert out.returncode == EXIT_REFUSED, out  # refused by the server, not bad input
+        assert out.stderr.count("\n") == 1 and \
+            "cluster not fully upgraded (level 1 of 2)" in out.stderr, out.stderr
         job = c.post(leader, "/v1/jobs", {"id": "cal", "schedule": {"cron": "0 0 * * *"},
                                           "target": {"shell": "true"},
                                           "calendars": ["holidays"]})

@@ -89,9 +89,11 @@ def _above_cluster_level(ctx: ApplyContext, cmd: c.Command) -> dict[str, Any] | 
     `SetClusterLevel` is what raises the level, so it is not held to it."""
     if isinstance(cmd, c.SetClusterLevel):
         return None
-    level = cluster_level.committed_level(ctx.conn)
-    req = protocol.unmet(cmd, level)
+    req = protocol.required(cmd)
     if req is None:
+        return None  # most entries: no read of the level
+    level = cluster_level.committed_level(ctx.conn)
+    if req.level <= level:
         return None
     return rejected(errors.NOT_UPGRADED, protocol.not_upgraded_message(req, level),
                     req.field, **protocol.refusal_details(req, level))

@@ -82,6 +82,11 @@ async def readyz(request: Request) -> JSONResponse:
                         f"claims nothing")
     elif st.get("clock_blocked"):
         problems.append("the leader's clock is behind the cluster: it does not tick")
+    level, speaks = st.get("cluster_level"), st.get("protocol_level")
+    if isinstance(level, int) and isinstance(speaks, int) and level < speaks:
+        # Not a problem (the cluster runs as the older build does), but worth seeing.
+        warnings.append(f"cluster not fully upgraded (level {level} of {speaks}): the "
+                        f"features of level {speaks} wait until every node speaks it")
     tick_age_s = None
     if st["leader_id"] is not None:
         tick = await cluster_tick(request, st)

@@ -74,5 +74,5 @@ class ClusterLevelRaiser:
         self._waiting_logged = state
         behind = [f"{u} ({'unknown' if lv is None else f'level {lv}'})" for u, lv in members
                   if lv is None or lv <= committed]
-        log.warning("cluster level stays %d (this node speaks %d): waiting for %s",
+        log.info("cluster level stays %d (this node speaks %d): waiting for %s",
                     committed, self.levels.speaks, ", ".join(behind) or "the next check")

@@ -129,6 +129,10 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
         peers = {p["id"]: p["protocol_level"] for p in views[leader]["peers"]}
         assert peers[OLD] == 1, peers
         assert _metric(c, leader, "raftcron_cluster_level") == 1.0
+        ready = c.http.get(c.urls[leader] + "/readyz")
+        assert ready.status_code == 200, ready.text  # running as the old build does
+        assert "cluster not fully upgraded (level 1 of 2)" in " ".join(
+            ready.json()["warnings"]), ready.text
         assert all(_confirmations(c, nid) == 0 for nid in c.procs), "no ConfirmClock"
         _expect_not_upgraded(c.http.put(c.urls[leader] + "/v1/calendars/holidays",
                                         json=CALENDAR), "calendars")
@@ -159,6 +163,7 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
                    message="cluster level 2 on every node")
         leader = c.wait_leader(timeout=20)
         assert _metric(c, OLD, "raftcron_cluster_level") == 2.0
+        assert c.http.get(c.urls[OLD] + "/readyz").json()["warnings"] == []
         resp = c.http.put(c.urls[OLD] + "/v1/calendars/holidays", json=CALENDAR)
         assert resp.status_code == 201, resp.text
         run_id = _pending_occurrence(c, leader)

@@ -20,7 +20,7 @@ import uvicorn
 
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
-from raftcron.cluster.levels import ClusterLevels, spoken_level
+from raftcron.cluster.levels import ClusterLevels, level_members, spoken_level
 from raftcron.cluster.peer_tls import peer_tls
 from raftcron.cluster.proposer import ProposalError, Proposer, post_to_loop
 from raftcron.cluster.raft import RaftNode
@@ -361,6 +361,10 @@ class Node:
             duty.level = self.levels.writable
         self.duties.start()
 
+    def _level_members(self) -> list[str]:
+        return level_members([p.http_url for p in self.config.peers], self.raft.other_addrs(),
+                             self.by_raft_addr)
+
     def _leading_epoch(self) -> int | None:
         """The epoch whose duties run on this node (None: it does not lead one)."""
         duties = self.duties
@@ -443,7 +447,7 @@ class Node:
             asyncio.create_task(webhook_keys.ensure_cluster_key(
                 self.open_reader, self.proposer.propose, now_ms), name="webhook-key"),
             asyncio.create_task(ClusterLevelRaiser(
-                self.levels, lambda: list(self.clock_guard.peer_urls), self.proposer,
+                self.levels, self._level_members, self.proposer,
             ).run(self._leading_epoch), name="cluster-level"),
         ]
         self._peer_refresher = asyncio.create_task(self._refresh_peers_periodically(),

@@ -37,6 +37,17 @@ def spoken_level(environ: Mapping[str, str] = os.environ) -> int:
     return int(text)
 
 
+def level_members(peer_urls: Iterable[str], voter_addrs: Iterable[str],
+                  recorded_raft_addrs: Iterable[str]) -> list[str]:
+    """Whom the cluster's level waits for: every peer (by HTTP URL, as probed), and every
+    Raft voter without a member record yet (one just added: Raft first, then its record),
+    named `raft://<addr>`: it is never probed, so it counts as BASE_LEVEL until its record
+    makes it a peer."""
+    recorded = set(recorded_raft_addrs)
+    unrecorded = sorted(a for a in voter_addrs if a not in recorded)
+    return [*peer_urls, *(f"raft://{a}" for a in unrecorded)]
+
+
 def announced_in(answer: Any) -> int:
     """The level a `/healthz` answer announces (BASE_LEVEL when it names none)."""
     level = answer.get("protocol_level") if isinstance(answer, dict) else None

@@ -66,6 +66,19 @@ def test_an_unknown_member_counts_as_the_oldest_level(monkeypatch: pytest.Monkey
     assert lv.announced(PEERS[1]) is None and lv.target(PEERS) == BASE_LEVEL, "stale"
 
 
+def test_a_voter_without_a_member_record_yet_counts_as_the_oldest_level() -> None:
+    """Adding a node commits it to Raft first, then its record: in between it is a voter
+    nobody probes."""
+    members = levels_mod.level_members(PEERS, {"10.0.0.1:7000", "10.0.0.9:7000"},
+                                       {"10.0.0.1:7000": object()})
+    assert members == [*PEERS, "raft://10.0.0.9:7000"]
+    lv = ClusterLevels(speaks=2)
+    for u in PEERS:
+        lv.record_answer(u, {"protocol_level": 2})
+    assert lv.target(PEERS) == 2
+    assert lv.target(members) == BASE_LEVEL
+
+
 def test_the_writable_level_is_the_committed_one_never_above_what_the_node_speaks() -> None:
     lv = ClusterLevels(speaks=2)
     assert lv.writable() == BASE_LEVEL, "nothing committed yet"

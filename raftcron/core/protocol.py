@@ -28,6 +28,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,25 +93,43 @@ def _job_requirements(spec: Any) -> list[Requirement]:
 
 
 def required(cmd: c.Command) -> Requirement | None:
-    """The newest level `cmd` needs to be read (None: level 1, any build reads it)."""
-    if isinstance(cmd, c.SetClusterLevel):
-        return Requirement(max(cmd.level, 2), f"cluster level {cmd.level}")
+    """The newest level `cmd` needs to be read (None: level 1, any build reads it): that
+    of its encoding, which leaves a tagged field out while at its default."""
+    return entry_required(type(cmd), cmd.args())
+
+
+def entry_required(cls: type[c.Command], args: dict[str, Any]) -> Requirement | None:
+    """The newest level an entry of kind `cls` with encoded arguments `args` needs, judged
+    as an older build reads it: a field it lacks is a keyword its dataclass refuses,
+    whatever the value (an entry written with `"ahead_ms": 0` stops it too)."""
+    if cls is c.SetClusterLevel:
+        level = args.get("level")
+        level = level if type(level) is int else PROTOCOL_LEVEL
+        return Requirement(max(level, 2), f"cluster level {level}")
     reqs: list[Requirement] = []
-    kind = COMMAND_LEVELS.get(type(cmd))
+    kind = COMMAND_LEVELS.get(cls)
     if kind is not None:
         reqs.append(kind)
-    for (cls, name), req in FIELD_LEVELS.items():
-        if type(cmd) is cls and getattr(cmd, name) != c.field_default(cls, name):
+    for (tagged, name), req in FIELD_LEVELS.items():
+        if tagged is cls and name in args:
             reqs.append(req)
-    if isinstance(cmd, c.PutJob):
-        reqs.extend(_job_requirements(cmd.job))
-    elif isinstance(cmd, c.CreateJobs):
-        for spec in cmd.jobs:
+    if cls is c.PutJob:
+        reqs.extend(_job_requirements(args.get("job")))
+    elif cls is c.CreateJobs:
+        for spec in args.get("jobs") or ():
             reqs.extend(_job_requirements(spec))
-    elif isinstance(cmd, c.Claim):
-        if any(isinstance(item, list) and len(item) > 5 for item in cmd.items):
+    elif cls is c.Claim:
+        if any(isinstance(item, list) and len(item) > 5 for item in args.get("items") or ()):
             reqs.append(CLAIM_MATCHED)
     return _newest(reqs)
+
+
+def unmet_entry(data: bytes, level: int) -> Requirement | None:
+    """What in the encoded entry `data` a build of `level` cannot read (None: nothing).
+    `data` must decode (commands.decode)."""
+    obj = json.loads(data)
+    req = entry_required(c.COMMAND_TYPES[obj["t"]], obj["a"])
+    return req if req is not None and req.level > level else None
 
 
 def unmet(cmd: c.Command, level: int) -> Requirement | None:

@@ -182,7 +182,11 @@ class StateMachine:
 
     def apply_bytes(self, index: int, data: bytes) -> dict[str, Any]:
         cmd = c.decode(data)
-        beyond = protocol.unmet(cmd, self.speaks)
+        # Judged on the bytes below this build's level (an older build refuses a field it
+        # lacks even at its default); on the command otherwise, which is the same for
+        # what this build writes and cheaper.
+        beyond = protocol.unmet_entry(data, self.speaks) if self.speaks < \
+            protocol.PROTOCOL_LEVEL else protocol.unmet(cmd, self.speaks)
         if beyond is not None:
             raise c.UndecodableCommand(
                 f"{cmd.TYPE} ({beyond.feature}) needs protocol level {beyond.level}; this "

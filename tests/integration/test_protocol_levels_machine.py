@@ -127,6 +127,21 @@ def test_a_node_speaking_level_1_stops_on_an_entry_above_it(tmp_path: Path) -> N
     assert old.apply_bytes(2, c.encode(c.Lease(1, T0, "w", [])))["ok"]
 
 
+def test_a_node_speaking_level_1_stops_on_a_newer_field_even_at_its_default(
+        tmp_path: Path) -> None:
+    """As the level-1 build stopped on every lease of an upgraded node that wrote
+    `"ahead_ms": 0`; this build applies the same bytes."""
+    from tests.unit.test_protocol_levels import LEASE_WITH_DEFAULT
+
+    old = StateMachine(Node(tmp_path / "old.db").conn, speaks=1)
+    old.apply_bytes(1, c.encode(c.BeginEpoch(3, "n1", T0)))
+    with pytest.raises(c.UndecodableCommand, match="dispatch ahead"):
+        old.apply_bytes(2, LEASE_WITH_DEFAULT)
+    new = Node(tmp_path / "new.db")
+    new.sm.apply_bytes(1, c.encode(c.BeginEpoch(3, "n1", T0)))
+    assert new.sm.apply_bytes(2, LEASE_WITH_DEFAULT)["ok"]
+
+
 def test_this_build_stops_on_an_entry_of_a_newer_level(tmp_path: Path) -> None:
     n = Node(tmp_path / "s.db")
     with pytest.raises(c.UndecodableCommand, match="needs protocol level 3"):

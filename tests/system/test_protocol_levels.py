@@ -64,9 +64,17 @@ def _none_exited(c: LocalCluster) -> None:
 
 
 def _pending_occurrence(c: LocalCluster, nid: str) -> str:
-    occs = wait_until(lambda: [o for o in c.occurrences(nid, "tick")
+    occs = wait_until(lambda: [o for o in c.occurrences(nid, "held")
                                if o["status"] == "pending"], 20, message="a pending run")
     return str(occs[-1]["id"])
+
+
+def _succeeded(c: LocalCluster, nid: str) -> list[dict[str, Any]]:
+    return [o for o in c.occurrences(nid, "tick") if o["status"] == "succeeded"]
+
+
+def _leased_ahead(c: LocalCluster, nid: str) -> float:
+    return _metric(c, nid, "raftcron_leases_ahead_total") or 0.0
 
 
 def _expect_not_upgraded(resp: Any, feature: str, level: int = 1) -> None:
@@ -101,6 +109,8 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
     c = LocalCluster(tmp_path)
     c.ready_level = 1  # the cluster stays at level 1 while n3 is old
     c.node_env[OLD] = {TEST_LEVEL_ENV: "1"}
+    for path in c.configs:  # dispatch ahead on: it must wait for level 2 (Lease.ahead_ms)
+        path.write_text("lease_ahead_s = 2\n" + path.read_text())
     c.set_raft_options(OLD, raftMinTimeout=0.3, raftMaxTimeout=0.35)
     for nid in UPGRADED:
         c.set_raft_options(nid, raftMinTimeout=1.5, raftMaxTimeout=2.5)
@@ -112,6 +122,10 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
         assert c.wait_leader(timeout=30) == OLD, "the old node leads first, on purpose"
         c.wait_serving()
         add_job(c, OLD, "tick")
+        add_job(c, OLD, "held", queue="nobody")  # its runs stay queued: cancel targets
+        # Leases, acknowledging heartbeats and completions all the while: the previous
+        # build must read every one of them.
+        c.start_worker("w1")
 
         # Leadership moves onto an upgraded node (SIGTERM: a TimeoutNow transfer) while the
         # old node is down: an unknown member counts as old.
@@ -151,9 +165,10 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
                                           "calendars": ["holidays"]})
         _expect_not_upgraded(job, "calendars")
         assert job.json()["error"]["field"] == "calendars"
-        before = len(c.occurrences(leader, "tick"))
+        succeeded = wait_until(lambda: _succeeded(c, leader), 30, message="runs succeeding")
         time.sleep(2)
-        assert len(c.occurrences(leader, "tick")) > before, "the cluster keeps scheduling"
+        assert len(_succeeded(c, leader)) > len(succeeded), "the cluster keeps running jobs"
+        assert _leased_ahead(c, leader) == 0, "nothing leased ahead at level 1"
         _none_exited(c)
         assert "cannot be decoded" not in (c.root / f"{OLD}.log").read_text()
 
@@ -172,6 +187,8 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
         assert resp.json()["status"] == "cancelled"
         wait_until(lambda: all(_confirmations(c, nid) > 0 for nid in c.procs), 20,
                    message="ConfirmClock applied on every node")
+        wait_until(lambda: _leased_ahead(c, c.leader() or leader) > 0, 30,
+                   message="runs leased ahead at level 2")
         _none_exited(c)
         c.wait_converged()
     finally:

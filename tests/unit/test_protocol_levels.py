@@ -134,3 +134,24 @@ def test_a_default_valued_tagged_field_is_left_out_and_decodes_back() -> None:
         args: dict[str, Any] = json.loads(c.encode(cmd))["a"]
         assert "ahead_ms" not in args and "before_start" not in args
         assert c.decode(c.encode(cmd)) == cmd
+
+
+# An entry as the build before this fix wrote every lease and heartbeat: the new fields
+# at their default, written all the same.
+LEASE_WITH_DEFAULT = (b'{"v":1,"t":"lease","a":{"epoch":3,"now_ms":12,"worker_id":"w",'
+                      b'"attempt_ids":["a~1"],"acknowledge":false,"ahead_ms":0}}')
+HEARTBEAT_WITH_DEFAULT = (b'{"v":1,"t":"heartbeat","a":{"now_ms":17,"worker_id":"w",'
+                          b'"attempts":[["a~1",1]],"queues":null,"before_start":false}}')
+
+
+@pytest.mark.parametrize("data", [LEASE_WITH_DEFAULT, HEARTBEAT_WITH_DEFAULT])
+def test_an_entry_holding_a_newer_field_at_its_default_needs_its_level(data: bytes) -> None:
+    """The level-1 build refuses the keyword whatever its value; this build reads it and
+    would write it without the field."""
+    assert not decodes_at_level_1(data)
+    req = protocol.unmet_entry(data, 1)
+    assert req is not None and (req.level, req.feature) == (2, "dispatch ahead")
+    assert protocol.unmet_entry(data, 2) is None
+    cmd = c.decode(data)
+    assert protocol.required(cmd) is None
+    assert decodes_at_level_1(c.encode(cmd))

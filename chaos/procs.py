@@ -292,6 +292,17 @@ class Processes:
             time.sleep(0.2)
         return None
 
+    def wait_cluster_level(self, nid: str, level: int, timeout: float = 30) -> bool:
+        """Until `nid` reports the cluster's committed protocol level at `level` (a fresh
+        cluster unlocks calendars, groups and cancel a moment after its first leader)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = self.view(nid, timeout=0.5)
+            if v and v.get("cluster_level", 0) >= level:
+                return True
+            time.sleep(0.2)
+        return False
+
     def wait_up(self, nid: str, timeout: float = 20) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

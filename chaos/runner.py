@@ -25,6 +25,7 @@ from chaos.observer import Observer
 from chaos.procs import RETENTION_S, Processes
 from chaos.reads import _get, read_attempts, read_node  # noqa: F401 (_get: tests)
 from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
+from raftcron.core.protocol import PROTOCOL_LEVEL
 
 QUIET_S = 6.0  # >= 3 x the election timeout (0.3-0.6 s) with a wide margin
 CI_FAULT_DEADLINE_S = 280.0  # leaves room for the final heal, quiet window and reads
@@ -107,6 +108,8 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         leader = procs.wait_leader(60)
         if leader is None:
             raise RuntimeError("no leader elected")
+        if not procs.wait_cluster_level(leader, PROTOCOL_LEVEL):
+            raise RuntimeError(f"the cluster did not commit protocol level {PROTOCOL_LEVEL}")
         history.write("harness", "note", "leader", node=leader)
         procs.start_worker("w1")
         procs.start_worker("w2")

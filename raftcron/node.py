@@ -20,6 +20,7 @@ import uvicorn
 
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
+from raftcron.cluster.levels import ClusterLevels, level_members, spoken_level
 from raftcron.cluster.peer_tls import peer_tls
 from raftcron.cluster.proposer import ProposalError, Proposer, post_to_loop
 from raftcron.cluster.raft import RaftNode
@@ -27,14 +28,17 @@ from raftcron.cluster.stamp_clock import StampClock
 from raftcron.cluster.transfer import LeadershipTransfer
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.core.timefmt import parse_duration
 from raftcron.leader import webhook_keys
 from raftcron.leader.clock import ClockGuard
+from raftcron.leader.cluster_level import ClusterLevelRaiser
 from raftcron.leader.dispatch import freed_by
 from raftcron.leader.duties import DutySettings, LeaderDuties
 from raftcron.leader.retention import DEFAULT_RETENTION_S
 from raftcron.leader.ticker import now_ms
 from raftcron.state import db
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.machine import StateMachine
 
 log = logging.getLogger("raftcron.node")
@@ -89,7 +93,15 @@ class Node:
             config.peers, membership.read_members(self.writer), config.node_id,
             config.raft_addr))
         self.checkpointer = db.Checkpointer(config.db_path).start()
-        self.machine = StateMachine(self.writer, listener=self._on_applied)
+        # Protocol levels (core.protocol): what this node reads and announces, what the
+        # cluster committed. Below PROTOCOL_LEVEL only in tests (cluster.levels).
+        self.protocol_level = spoken_level()
+        self.levels = ClusterLevels(self.protocol_level, committed_level(self.writer))
+        if self.protocol_level < PROTOCOL_LEVEL:
+            log.warning("test-only: this node speaks protocol level %d (of %d), as an older "
+                        "build would", self.protocol_level, PROTOCOL_LEVEL)
+        self.machine = StateMachine(self.writer, listener=self._on_applied,
+                                    speaks=self.protocol_level)
         self.by_raft_addr = {p.raft_addr: p for p in config.peers}
         # Constructed on the main thread: its tick thread dies with the constructing thread.
         self.raft = RaftNode(
@@ -108,6 +120,7 @@ class Node:
         self._handover: asyncio.Task[bool] | None = None
         self.clock_guard = ClockGuard([p.http_url for p in config.peers], len(config.peers) + 1)
         self.stamp_clock = StampClock(local_confirmed=self.clock_guard.confirmed)
+        self.clock_guard.on_answer = self.levels.record_answer
         self.transfer = LeadershipTransfer(self.raft)
         self.metrics = NodeMetrics()
         self.duty_settings = DutySettings(
@@ -153,11 +166,13 @@ class Node:
         with self.apply_lock:
             applied = db.last_applied(self.writer)
             epoch = db.get_meta(self.writer, db.META_EPOCH)
+            self.levels.note_committed(committed_level(self.writer))
         peers = []
         for p in self.config.peers:
             connected = st.get(f"partner_node_status_server_{p.raft_addr}") == 2
             peers.append({"id": p.id, "raft_addr": p.raft_addr, "http_url": p.http_url,
-                          "reachable": connected})
+                          "reachable": connected,
+                          "protocol_level": self.levels.announced(p.http_url)})
         is_leader = self.raft.is_leader()
         ticker = self.duties.ticker if self.duties else None
         return {
@@ -180,6 +195,11 @@ class Node:
             "clock_skew_ms": self.metrics.skew_ms,
             "stamp_clock": self.stamp_clock.describe(),
             "now_ms": int(time.time() * 1000),
+            # What the cluster committed, what this node speaks (core.protocol); each
+            # peer's announced level is in `peers` (null: not known, counted as level 1).
+            "cluster_level": self.levels.committed,
+            "protocol_level": self.protocol_level,
+            "newest_protocol_level": PROTOCOL_LEVEL,
             "peers": peers,
         }
 
@@ -211,18 +231,28 @@ class Node:
             guard.peer_urls = [p.http_url for p in peers]
             guard.cluster_size = len(peers) + 1
 
+    def _refresh_committed_level(self) -> None:
+        conn = self.open_reader()
+        try:
+            self.levels.note_committed(committed_level(conn))
+        finally:
+            conn.close()
+
     async def _refresh_peers_periodically(self, period_s: float = 5.0) -> None:
         """Member records can also arrive inside an installed snapshot."""
         while True:
             await asyncio.sleep(period_s)
             try:
                 self.refresh_peers()
+                self._refresh_committed_level()  # an installed snapshot can raise it
             except sqlite3.Error as e:
                 log.warning("cannot read the member records: %s", e)
 
     # --- tick-thread hooks -----------------------------------------------------------------
 
     def _on_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
+        if isinstance(cmd, c.SetClusterLevel) and result.get("ok"):
+            self.levels.note_committed(int(result.get("level", 0)))
         loop = self.loop
         if loop is None or not result.get("ok"):
             return
@@ -339,7 +369,18 @@ class Node:
                      self.duties.run_bounds, self.duties.availability):
             if duty is not None:
                 duty.gate = self.clock_guard.confirmed
+        for duty in (self.duties.dispatcher, self.duties.deadlines, self.duties.availability):
+            duty.level = self.levels.writable
         self.duties.start()
+
+    def _level_members(self) -> list[str]:
+        return level_members([p.http_url for p in self.config.peers], self.raft.other_addrs(),
+                             self.by_raft_addr)
+
+    def _leading_epoch(self) -> int | None:
+        """The epoch whose duties run on this node (None: it does not lead one)."""
+        duties = self.duties
+        return None if duties is None or duties.stopped else duties.epoch
 
     async def _wait_clock_confirmed(self, term: int) -> bool:
         """Until a majority confirms this node's clock, while it still leads `term`.
@@ -417,6 +458,9 @@ class Node:
             asyncio.create_task(self._step_down_when_clock_untrusted(), name="clock-step-down"),
             asyncio.create_task(webhook_keys.ensure_cluster_key(
                 self.open_reader, self.proposer.propose, now_ms), name="webhook-key"),
+            asyncio.create_task(ClusterLevelRaiser(
+                self.levels, self._level_members, self.proposer,
+            ).run(self._leading_epoch), name="cluster-level"),
         ]
         self._peer_refresher = asyncio.create_task(self._refresh_peers_periodically(),
                                                    name="peer-refresh")

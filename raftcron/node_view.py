@@ -25,6 +25,8 @@ class NodeView(Protocol):
     duties: LeaderDuties | None
     metrics: NodeMetrics
     duty_settings: DutySettings
+    # The protocol level this node speaks (core.protocol).
+    protocol_level: int
 
     def status(self) -> dict[str, Any]: ...
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +15,17 @@ from typing import Any
 
 import httpx
 
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.ops.local import local_tokens, write_cluster_configs
+
+
+def commit_protocol_level(conn: sqlite3.Connection, level: int | None = None) -> None:
+    """Give a test's state database the protocol level (default: this build's) as if its
+    cluster's leader had committed `SetClusterLevel(level)`: a one-node cluster of this
+    build, whose features are all unlocked. State machine and API tests start there."""
+    from raftcron.state.db import META_CLUSTER_LEVEL, set_meta
+
+    set_meta(conn, META_CLUSTER_LEVEL, PROTOCOL_LEVEL if level is None else level)
 
 
 def free_port_base(count: int, span: int = 200) -> int:
@@ -70,6 +81,13 @@ class LocalCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # Environment and working directory of the node processes (default: inherited).
         self.env: dict[str, str] | None = None
+        # Extra environment of one node's process, by node id (e.g. the test-only
+        # RAFTCRON_TEST_PROTOCOL_LEVEL of a node emulating an older build).
+        self.node_env: dict[str, dict[str, str]] = {}
+        # The committed protocol level `leader` waits for: a fresh cluster unlocks this
+        # build's features a moment after its first leader began (leader.cluster_level).
+        # A cluster with a node of an older level sets that level (None: do not wait).
+        self.ready_level: int | None = PROTOCOL_LEVEL
         self.cwd: Path | None = None
         self.http = httpx.Client(timeout=10, headers=self.auth_headers())
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -116,10 +134,13 @@ class LocalCluster:
             if nid is not None and node_id != nid:
                 continue
             log = open(self.root / f"{node_id}.log", "ab")
+            env = self.env
+            if self.node_env.get(node_id):
+                env = {**(os.environ if env is None else env), **self.node_env[node_id]}
             self.procs[node_id] = subprocess.Popen(
                 [sys.executable, "-m", "raftcron", "node", "--config", str(self.configs[i])],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env=self.env, cwd=self.cwd,
+                env=env, cwd=self.cwd,
             )
 
     def start_worker(self, worker_id: str, concurrency: int = 4,
@@ -181,10 +202,13 @@ class LocalCluster:
             return None
 
     def leader(self, among: list[str] | None = None) -> str | None:
-        """The node that leads with its duties running, as it reports itself."""
+        """The node that leads with its duties running, as it reports itself, once its
+        cluster committed `ready_level`."""
         for nid in among or list(self.procs):
             view = self.cluster_view(nid)
-            if view and view["role"] == "leader" and view["leader_duties"]:
+            if view and view["role"] == "leader" and view["leader_duties"] and (
+                    self.ready_level is None
+                    or view.get("cluster_level", 0) >= self.ready_level):
                 return nid
         return None
 

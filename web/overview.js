@@ -50,6 +50,18 @@ function clockConfirmed(clock) {
   return el("span", { class: "status alert-open" }, `✗ no${last}`);
 }
 
+// The protocol level the node speaks, and the cluster's committed one when it is lower:
+// the features of the newer level stay locked until every node speaks it.
+function protocolLevel(n) {
+  if (n.protocol_level === null || n.protocol_level === undefined) return "–";
+  const cluster = n.cluster_level;
+  if (cluster === null || cluster === undefined || cluster >= n.protocol_level) {
+    return String(n.protocol_level);
+  }
+  return el("span", { class: "status alert-open" },
+    `${n.protocol_level}; cluster at ${cluster}: newer features locked until every node is upgraded`);
+}
+
 function roleBadge(role) {
   return el("span", { class: `role role-${role}` }, role === "leader" ? `★ ${role}` : role);
 }
@@ -70,6 +82,7 @@ function renderCluster(tbody, data) {
         : `${skew > 0 ? "+" : ""}${Math.round(skew)} ms`),
       td(clockConfirmed(n.clock)),
       td(n.last_tick_ms ? age((Date.now() - n.last_tick_ms) / 1000) : "–"),
+      td(protocolLevel(n)),
     ];
   }), "no nodes");
 }

@@ -30,8 +30,10 @@ async def cluster(request: Request) -> JSONResponse:
 
 
 async def healthz(request: Request) -> JSONResponse:
-    # now_ms lets peers compare wall clocks (leader.clock.ClockGuard).
-    return JSONResponse({"status": "ok", "now_ms": int(time.time() * 1000)})
+    # now_ms lets peers compare wall clocks (leader.clock.ClockGuard); protocol_level
+    # announces what this node reads (cluster.levels), for the leader's cluster level.
+    return JSONResponse({"status": "ok", "now_ms": int(time.time() * 1000),
+                         "protocol_level": ctx_of(request).node.protocol_level})
 
 
 async def cluster_tick(request: Request, status: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +82,11 @@ async def readyz(request: Request) -> JSONResponse:
                         f"claims nothing")
     elif st.get("clock_blocked"):
         problems.append("the leader's clock is behind the cluster: it does not tick")
+    level, speaks = st.get("cluster_level"), st.get("protocol_level")
+    if isinstance(level, int) and isinstance(speaks, int) and level < speaks:
+        # Not a problem (the cluster runs as the older build does), but worth seeing.
+        warnings.append(f"cluster not fully upgraded (level {level} of {speaks}): the "
+                        f"features of level {speaks} wait until every node speaks it")
     tick_age_s = None
     if st["leader_id"] is not None:
         tick = await cluster_tick(request, st)

@@ -15,8 +15,10 @@ from starlette.requests import Request
 from raftcron.api.auth import principal_of
 from raftcron.api.errors import HTTPError, rejection_error
 from raftcron.cluster.proposer import NO_LEADER, ProposalError
+from raftcron.core import protocol
 from raftcron.core.commands import Barrier, Command
-from raftcron.core.errors import ValidationError
+from raftcron.core.errors import NOT_UPGRADED, ValidationError
+from raftcron.state.db import META_CLUSTER_LEVEL
 
 if TYPE_CHECKING:
     from raftcron.node_view import NodeView
@@ -75,9 +77,30 @@ class ApiContext:
             raise rejection_error(result)
         return result
 
+    async def writable_level(self) -> int:
+        """The protocol level this node may write: the level the cluster committed, as
+        this node applied it (it only rises, so a lagging node is the more careful one),
+        and never above the level this node speaks."""
+        row = await self.fetchone("SELECT value FROM meta WHERE key = ?",
+                                  (META_CLUSTER_LEVEL,))
+        committed = max(protocol.BASE_LEVEL, int(row[0]) if row else 0)
+        return min(committed, self.node.protocol_level)
+
+    async def require_level(self, cmd: Command) -> None:
+        """Refuse (409 `cluster_not_upgraded`, naming the feature) a command some member's
+        build could not read: it would stop that node (core.protocol)."""
+        if protocol.required(cmd) is None:
+            return
+        level = await self.writable_level()
+        req = protocol.unmet(cmd, level)
+        if req is not None:
+            raise HTTPError(409, NOT_UPGRADED, protocol.not_upgraded_message(req, level),
+                            req.field, extra=protocol.refusal_details(req, level))
+
     async def propose_raw(self, cmd: Command) -> dict[str, Any]:
         proposer = self.node.proposer
         assert proposer is not None
+        await self.require_level(cmd)
         try:
             return await proposer.propose(cmd)
         except ProposalError as e:

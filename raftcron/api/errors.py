@@ -39,6 +39,7 @@ REJECTION_STATUS = {
     errors.RATE_LIMITED: 429,
     errors.FORBIDDEN: 403,
     errors.IDEMPOTENCY_KEY_REUSED: 422,
+    errors.NOT_UPGRADED: 409,
 }
 
 
@@ -75,6 +76,9 @@ def rejection_error(result: dict[str, Any]) -> HTTPError:
         extra["quota"] = quota
         if quota not in message:
             message = f"{message} (quota {quota})"
+    if code == errors.NOT_UPGRADED:
+        extra.update({k: result[k] for k in ("feature", "cluster_level", "required_level")
+                      if k in result})
     if code == errors.RATE_LIMITED:
         headers["Retry-After"] = str(max(1, 60 - int(time.time()) % 60))
     return HTTPError(REJECTION_STATUS.get(code, 409), code, message, result.get("field"),

@@ -27,6 +27,7 @@ from raftcron.core.backfill import MAX_BACKFILL_INSTANTS, backfill_instants, che
 from raftcron.core.calendar import without_excluded
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
+from raftcron.core.protocol import JOB_HISTORY_LEVEL
 from raftcron.core.secrets import holds_redacted, restore_redacted
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 from raftcron.state.queries import (
@@ -55,8 +56,11 @@ def path_job_id(request: Request) -> str:
     return job_id
 
 
-def who(request: Request) -> str:
-    """The principal a job's history names for this request's change."""
+async def who(request: Request, ctx: ApiContext) -> str | None:
+    """The principal a job's history names for this request's change; None (not sent)
+    while some member's build could not read it (core.protocol: a rolling upgrade)."""
+    if await ctx.writable_level() < JOB_HISTORY_LEVEL:
+        return None
     return principal_of(request).identity
 
 
@@ -133,7 +137,8 @@ async def create_job(request: Request) -> JSONResponse:
     require_tenant_write(request, job.tenant)
     restore_redacted(job.target, None)  # a new job has no stored secret to keep: 400
     await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(), create=True,
-                               request_hash=request_hash(request, body), who=who(request)))
+                               request_hash=request_hash(request, body),
+                               who=await who(request, ctx)))
     # A replayed request is answered with the same visibility checks as a fresh one.
     return JSONResponse(await job_detail(ctx, job.id, request), status_code=201,
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
@@ -171,7 +176,7 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         specs = [job.to_spec() for job in jobs[k:k + CREATE_JOBS_CHUNK]]
         async with ctx.bulk_entries:
             result = await ctx.propose(c.CreateJobs(f"{rid}#{k}", ctx.stamp_ms(), specs, rhash,
-                                                    who=who(request)))
+                                                    who=await who(request, ctx)))
         applied += result["results"]
     results = []
     for job, r in zip(jobs, applied, strict=True):
@@ -280,7 +285,7 @@ async def put_job(request: Request) -> JSONResponse:
     result = await ctx.propose(c.PutJob(request_id(request), ctx.stamp_ms(), job.to_spec(),
                                         create=False, expected_version=if_match(request),
                                         request_hash=request_hash(request, body),
-                                        who=who(request)))
+                                        who=await who(request, ctx)))
     detail = await job_detail(ctx, job_id, request)
     return JSONResponse(detail, headers={"ETag": f'"{result["version"]}"'})
 
@@ -290,7 +295,7 @@ async def delete_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.DeleteJob(request_id(request), ctx.stamp_ms(), job_id, if_match(request),
-                                  request_hash(request), who=who(request)))
+                                  request_hash(request), who=await who(request, ctx)))
     return JSONResponse({"deleted": job_id})
 
 
@@ -299,7 +304,7 @@ async def pause_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.PauseJob(request_id(request), ctx.stamp_ms(), job_id,
-                                 request_hash(request), who=who(request)))
+                                 request_hash(request), who=await who(request, ctx)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 
@@ -308,7 +313,7 @@ async def resume_job(request: Request) -> JSONResponse:
     job_id = path_job_id(request)
     await guard_job_write(request, ctx, job_id)
     await ctx.propose(c.ResumeJob(request_id(request), ctx.stamp_ms(), job_id,
-                                  request_hash(request), who=who(request)))
+                                  request_hash(request), who=await who(request, ctx)))
     return JSONResponse(await job_detail(ctx, job_id, request))
 
 

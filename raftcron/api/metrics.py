@@ -263,6 +263,10 @@ class StateCollector(Collector):
                      "included) confirmed this node's clock within the tolerance; a leader "
                      "leases and claims nothing while it is 0",
                      int(clock_view.get("confirmed") is True))
+        yield _gauge("raftcron_cluster_level", "Protocol level the cluster committed: the "
+                     "features every member can read (core.protocol)", st.get("cluster_level"))
+        yield _gauge("raftcron_protocol_level", "Protocol level this node speaks",
+                     st.get("protocol_level"))
         probe_errors = CounterMetricFamily(
             "raftcron_clock_probe_errors", "Failed clock probes of a peer (each counts as a "
             "disagreement)", labels=["peer"])

@@ -57,7 +57,8 @@ DESCRIPTIONS = {
     401: "no token, or a token this cluster does not know",
     403: "the token's scopes do not allow this, or a quota or tenant policy refuses it",
     404: "no such resource (or one the token may not see)",
-    409: "conflicts with the current state (exists already, stale fencing token, ...)",
+    409: "conflicts with the current state (exists already, stale fencing token, a feature "
+         "the cluster is not fully upgraded for: cluster_not_upgraded, ...)",
     412: "If-Match names another version than the current one",
     413: "the request body exceeds 1 MiB",
     422: "the Idempotency-Key was used before for another request",

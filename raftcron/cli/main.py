@@ -90,6 +90,7 @@ def _setup_logging(level: str, json_logs: bool = False) -> None:
 
 def cmd_node(args: argparse.Namespace) -> int:
     from raftcron.auth import AuthError, TokenStore
+    from raftcron.cluster.levels import spoken_level
     from raftcron.config import ConfigError, load_config
     from raftcron.node import run_node
     from raftcron.state.db import sqlite_too_old
@@ -113,6 +114,10 @@ def cmd_node(args: argparse.Namespace) -> int:
         config.check_ports_free()
         if (too_old := sqlite_too_old()) is not None:
             raise ConfigError(too_old)
+        try:
+            spoken_level()  # a test-only level override, checked before anything starts
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if config.tokens_file is not None:
             if not os.path.isfile(config.tokens_file):
                 raise ConfigError(f"tokens file {config.tokens_file!r} does not exist: create "

@@ -9,7 +9,7 @@ unknown (leader change) returns the stored result instead of applying twice.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 CODEC_VERSION = 1
@@ -26,6 +26,28 @@ class Command:
 
     def args(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def _args_without_defaults(self, *names: str) -> dict[str, Any]:
+        """`args()` without the named fields while they hold their default: an entry that
+        does not use a field added later stays readable by a build without it (a rolling
+        upgrade; core.protocol)."""
+        out = Command.args(self)
+        for name in names:
+            if out[name] == field_default(type(self), name):
+                del out[name]
+        return out
+
+
+def field_default(cls: type[Command], name: str) -> Any:
+    """The default of field `name` of command class `cls` (MISSING when it has none)."""
+    for f in fields(cls):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+            return MISSING
+    raise KeyError(name)
 
 
 def _without_none(cmd: Command, *names: str) -> dict[str, Any]:
@@ -384,6 +406,9 @@ class Lease(Command):
     acknowledge: bool = False
     ahead_ms: int = 0
 
+    def args(self) -> dict[str, Any]:
+        return self._args_without_defaults("ahead_ms")
+
 
 @dataclass(frozen=True, slots=True)
 class Sweep(Command):
@@ -436,6 +461,18 @@ class ConfirmClock(Command):
     epoch: int
     now_ms: int
     max_gap_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetClusterLevel(Command):
+    """The cluster speaks protocol `level` (core.protocol) from this entry on: the leader
+    proposes it once every member announced at least that level. Never lowers it."""
+
+    TYPE: ClassVar[str] = "set_cluster_level"
+    LEADER_ONLY: ClassVar[bool] = True
+    epoch: int
+    now_ms: int
+    level: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +542,9 @@ class Heartbeat(Command):
     # False for every entry written before the field existed.
     before_start: bool = False
 
+    def args(self) -> dict[str, Any]:
+        return self._args_without_defaults("before_start")
+
 
 @dataclass(frozen=True, slots=True)
 class Complete(Command):
@@ -538,7 +578,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
         PutCalendar, DeleteCalendar, BulkPause,
         PutTenant, RetryOutbox, SetWebhookKey, AlertAction, CancelOccurrence,
         PutConcurrencyGroup, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert,
-        ConfirmClock, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat, Complete, Release,
+        ConfirmClock, SetClusterLevel, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat,
+        Complete, Release,
     )
 }
 

@@ -49,3 +49,5 @@ RATE_LIMITED = "rate_limited"
 FORBIDDEN = "forbidden"
 IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 POLICY_DENIED = "policy_denied"
+# A feature whose entries some member's build cannot read yet (core.protocol).
+NOT_UPGRADED = "cluster_not_upgraded"

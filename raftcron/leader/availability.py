@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import ConfirmClock
+from raftcron.core.protocol import BASE_LEVEL, COMMAND_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
 
 PERIOD_S = 1.0
@@ -21,6 +22,7 @@ PERIOD_S = 1.0
 # held up by a burst (1.5 s) leaves no gap; a leader that stopped (paused, cut off, its
 # clock refused) or a commit that waited for a majority leaves one.
 MAX_GAP_MS = 2500
+CONFIRM_LEVEL = COMMAND_LEVELS[ConfirmClock].level
 
 
 class ClockConfirmations:
@@ -31,6 +33,9 @@ class ClockConfirmations:
         self.clock = clock
         self.period_s = period_s
         self.gate: Callable[[], bool] = lambda: True
+        # The protocol level the cluster may be written at (cluster.levels); set by the
+        # node. Below CONFIRM_LEVEL a member could not read a confirmation: none is made.
+        self.level: Callable[[], int] = lambda: BASE_LEVEL
         self.confirmed = 0
 
     async def run(self) -> None:
@@ -39,8 +44,9 @@ class ClockConfirmations:
             await asyncio.sleep(self.period_s)
 
     async def pass_once(self) -> None:
-        """Confirm, unless this node's clock is not confirmed (fail closed: no vouching)."""
-        if not self.gate():
+        """Confirm, unless this node's clock is not confirmed (fail closed: no vouching) or
+        the cluster's level is below confirmations."""
+        if not self.gate() or self.level() < CONFIRM_LEVEL:
             return
         result = await self.proposer.propose_leader(
             ConfirmClock(self.epoch, self.clock(), MAX_GAP_MS))

@@ -20,8 +20,10 @@ import logging
 import ssl
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
@@ -61,6 +63,9 @@ class ClockGuard:
         self.samples: dict[str, Sample] = {}
         self.errors: dict[str, ProbeErrors] = {}
         self.last_confirmed_ms: int | None = None  # wall clock, when last confirmed
+        # Told every probe's answer (None: the probe failed), e.g. the peer's announced
+        # protocol level (cluster.levels).
+        self.on_answer: Callable[[str, Any | None], None] | None = None
 
     # --- measurements --------------------------------------------------------------------
 
@@ -185,11 +190,16 @@ class ClockGuard:
         try:
             resp = await client.get(f"{url}/healthz")
             resp.raise_for_status()
-            peer = resp.json().get("now_ms")
+            answer = resp.json()
+            peer = answer.get("now_ms")
             if not isinstance(peer, int | float) or isinstance(peer, bool):
                 raise ValueError(f"no numeric now_ms in the answer: {peer!r}")
         except Exception as e:  # noqa: BLE001 - every failure is a "no", recorded and logged
             self.record_error(url, f"{type(e).__name__}: {e}")
+            if self.on_answer is not None:
+                self.on_answer(url, None)
             return
         received = time.time() * 1000
         self.record(url, sent, float(peer), received)
+        if self.on_answer is not None:
+            self.on_answer(url, answer)

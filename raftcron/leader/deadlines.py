@@ -52,10 +52,13 @@ from raftcron.core.calendar import CompiledCalendar, without_excluded
 from raftcron.core.commands import Command, RaiseAlert, ResolveAlert
 from raftcron.core.identity import job_scheduled_occurrences_after, scheduled_occurrence_id
 from raftcron.core.model import Job
+from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.alert_commands import propose_alert_change
 from raftcron.leader.ticker import now_ms
 from raftcron.state.calendars import load_compiled_calendars
 from raftcron.state.db import ThreadReader
+
+CAUSE_LEVEL = FIELD_LEVELS[(RaiseAlert, "deadline_ms")].level
 
 log = logging.getLogger("raftcron.deadlines")
 
@@ -227,6 +230,9 @@ class Deadlines:
         self.clock = clock
         # Whether this node's clock may be trusted (see leader.clock); set by the node.
         self.gate: Callable[[], bool] = lambda: True
+        # The protocol level the cluster may be written at (cluster.levels); set by the
+        # node. Below CAUSE_LEVEL an alert carries no deadline (no cause is judged).
+        self.level: Callable[[], int] = lambda: BASE_LEVEL
         self.lookback_ms = lookback_ms
         # job id -> nominal instant (ms) through which overdue instants were judged, per
         # bound kind (`cursor` is the success deadline's, `cursors` every bound's).
@@ -320,7 +326,8 @@ class Deadlines:
         aid = alert_id(occ_id, kind)
         raise_cmd = RaiseAlert(self.epoch, now, aid, kind, job_id=job_id, occurrence_id=occ_id,
                                reason=verdict.reason, scheduled_for_ms=t,
-                               message=verdict.message, deadline_ms=deadline_at)
+                               message=verdict.message,
+                               deadline_ms=deadline_at if self.level() >= CAUSE_LEVEL else None)
         if verdict.resolved is not None:
             return [raise_cmd, ResolveAlert(self.epoch, now, aid, message=verdict.resolved)]
         return [raise_cmd]

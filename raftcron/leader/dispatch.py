@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import commands as c
 from raftcron.core import identity
+from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
 
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
@@ -37,6 +38,8 @@ HELD_FOR_S = 1.0
 BACKFILL_SHARE = 0.2
 # The ids of backfill attempts (core.identity.is_backfill), as a GLOB.
 BACKFILL_GLOB = "*@backfill-*"
+# Dispatch ahead writes Lease.ahead_ms: a level every member must read first.
+AHEAD_LEVEL = FIELD_LEVELS[(c.Lease, "ahead_ms")].level
 
 
 def freed_by(cmd: c.Command) -> tuple[set[str], bool]:
@@ -128,6 +131,9 @@ class Dispatcher:
         # (queues, instant) seen with at least HERD_SIZE pending runs
         self.herds: set[tuple[tuple[str, ...], int]] = set()
         self.gate: Callable[[], bool] = lambda: True
+        # The protocol level the cluster may be written at (cluster.levels); set by the
+        # node. Below AHEAD_LEVEL every run is leased at its instant, as before.
+        self.level: Callable[[], int] = lambda: BASE_LEVEL
         self._changed = asyncio.Event()
         self._conn: sqlite3.Connection | None = None
         self.closed = False
@@ -361,7 +367,7 @@ class Dispatcher:
                 raise LostEpoch("leadership ended")
             changed = self._changed
             now = self.clock()
-            lead_ms = self.ahead_ms if ahead else 0
+            lead_ms = self.ahead_ms if ahead and self.level() >= AHEAD_LEVEL else 0
             if not self.gate():
                 # An untrusted clock would hand runs out early: lease nothing for now,
                 # ahead or not.

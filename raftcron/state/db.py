@@ -18,6 +18,8 @@ META_CLOCK = "clock_ms"
 META_FENCING_SEQ = "fencing_seq"
 META_OUTBOX_SEQ = "outbox_seq"
 META_UNACKED_LEASES = "leases_unacknowledged"
+# The protocol level the cluster committed (core.protocol); absent: level 1.
+META_CLUSTER_LEVEL = "cluster_level"
 
 # Columns added to tables after databases were first written: (table, column, definition).
 # `CREATE TABLE IF NOT EXISTS` leaves an existing table as it is, so these are added to

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from raftcron.core.protocol import JOB_HISTORY_LEVEL
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext
 
 MAX_VERSIONS_PER_JOB = 100
@@ -41,9 +43,14 @@ _DELETED_BEFORE = (
 
 
 def record(ctx: ApplyContext, *, job_id: str, tenant: str, version: int, kind: str,
-           who: str | None, at_ms: int, spec: str, note: str | None = None) -> int:
-    """Append a change of `job_id` (`spec`: the canonical spec text after it); its seq."""
+           who: str | None, at_ms: int, spec: str, note: str | None = None) -> int | None:
+    """Append a change of `job_id` (`spec`: the canonical spec text after it); its seq.
+    None, and nothing recorded, before the cluster's committed level has history
+    (core.protocol.JOB_HISTORY_LEVEL): during a rolling upgrade the older builds record
+    none, and every node's state must stay the same. History begins at the upgrade."""
     conn = ctx.conn
+    if committed_level(conn) < JOB_HISTORY_LEVEL:
+        return None
     (last,) = conn.execute("SELECT coalesce(max(seq), 0) FROM job_history WHERE job_id = ?",
                            (job_id,)).fetchone()
     seq = last + 1

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from raftcron.core import commands as c
-from raftcron.core import errors
+from raftcron.core import errors, protocol
 from raftcron.state import (
     alerts,
     attempts,
     availability,
     calendars,
     cancellation,
+    cluster_level,
     groups,
     jobs,
     occurrences,
@@ -87,6 +88,25 @@ def _not_behind_the_cluster(ctx: ApplyContext, cmd: c.Command) -> c.Command:
     return dataclasses.replace(cmd, now_ms=cluster_ms)  # type: ignore[type-var]
 
 
+def _above_cluster_level(ctx: ApplyContext, cmd: c.Command) -> dict[str, Any] | None:
+    """A rejection for a command that needs a protocol level the cluster has not committed.
+
+    The API and the leader write nothing above the committed level; this makes a race
+    (a level read just before another member joined, a proposer of a newer build) a
+    rejected entry on every node that reads it, never state a member could not have.
+    `SetClusterLevel` is what raises the level, so it is not held to it."""
+    if isinstance(cmd, c.SetClusterLevel):
+        return None
+    req = protocol.required(cmd)
+    if req is None:
+        return None  # most entries: no read of the level
+    level = cluster_level.committed_level(ctx.conn)
+    if req.level <= level:
+        return None
+    return rejected(errors.NOT_UPGRADED, protocol.not_upgraded_message(req, level),
+                    req.field, **protocol.refusal_details(req, level))
+
+
 def _barrier(ctx: ApplyContext, cmd: c.Barrier) -> dict[str, Any]:
     return ok(index=ctx.index)
 
@@ -117,6 +137,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RaiseAlert: alerts.raise_alert,
     c.ResolveAlert: alerts.resolve_alert,
     c.ConfirmClock: availability.confirm_clock,
+    c.SetClusterLevel: cluster_level.set_cluster_level,
     c.AckOutbox: alerts.ack_outbox,
     c.RouteOutbox: outbox.route_outbox,
     c.AckDeliveries: outbox.ack_deliveries,
@@ -146,10 +167,15 @@ class StateMachine:
     """Applies commands to one SQLite database. Only one thread may call `apply`."""
 
     def __init__(self, conn: sqlite3.Connection, listener: Listener | None = None,
-                 bulk_claims: bool = True) -> None:
+                 bulk_claims: bool = True, speaks: int = protocol.PROTOCOL_LEVEL) -> None:
         """`bulk_claims=False` decides every claim item one by one instead of taking the
-        common ones in set statements (the reference that path is tested against)."""
+        common ones in set statements (the reference that path is tested against).
+
+        `speaks`: the protocol level this node reads. An entry that needs more is
+        undecodable here, as it is for a build of that level (the node stops, exit 70);
+        below PROTOCOL_LEVEL only to emulate an older build in tests."""
         self.conn = conn
+        self.speaks = speaks
         self.listener = listener
         self.handlers = dict(HANDLERS)
         if not bulk_claims:
@@ -163,7 +189,17 @@ class StateMachine:
         return int(row[0]) if row else 0
 
     def apply_bytes(self, index: int, data: bytes) -> dict[str, Any]:
-        return self.apply(index, c.decode(data))
+        cmd = c.decode(data)
+        # Judged on the bytes below this build's level (an older build refuses a field it
+        # lacks even at its default); on the command otherwise, which is the same for
+        # what this build writes and cheaper.
+        beyond = protocol.unmet_entry(data, self.speaks) if self.speaks < \
+            protocol.PROTOCOL_LEVEL else protocol.unmet(cmd, self.speaks)
+        if beyond is not None:
+            raise c.UndecodableCommand(
+                f"{cmd.TYPE} ({beyond.feature}) needs protocol level {beyond.level}; this "
+                f"node speaks level {self.speaks}")
+        return self.apply(index, cmd)
 
     def apply(self, index: int, cmd: c.Command) -> dict[str, Any]:
         conn = self.conn
@@ -201,6 +237,9 @@ class StateMachine:
                     ctx.set_meta(META_CLOCK, now)
         elif not isinstance(cmd, c.BeginEpoch):
             cmd = _not_behind_the_cluster(ctx, cmd)
+        refused = _above_cluster_level(ctx, cmd)
+        if refused is not None:
+            return refused  # not recorded: the same request applies once the level rose
         if isinstance(cmd, DEDUPED):
             given = getattr(cmd, "request_hash", None)
             row = ctx.conn.execute(

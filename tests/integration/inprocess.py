@@ -23,8 +23,10 @@ from raftcron.api.app import create_app
 from raftcron.auth import create_token
 from raftcron.config import NodeConfig
 from raftcron.core import commands as c
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.state import db
 from raftcron.state.machine import StateMachine
+from raftcron.testing import commit_protocol_level
 
 
 class InProcessProposer:
@@ -46,6 +48,9 @@ class InProcessNode:
                                  http_host="127.0.0.1", http_port=1, secret_file=str(secret),
                                  auth_off=True)
         self.writer = db.open_writer(self.config.db_path)
+        # A one-node cluster of this build: its leader committed this build's level.
+        self.protocol_level = PROTOCOL_LEVEL
+        commit_protocol_level(self.writer)
         self.machine = StateMachine(self.writer)
         self.proposer = InProcessProposer(self.machine)
         self.app: Starlette | None = None  # the app of the running `api_client`

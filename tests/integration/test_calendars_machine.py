@@ -151,7 +151,7 @@ def test_a_database_from_before_these_tables_upgrades_and_digests_alike(tmp_path
     conn = sqlite3.connect(path)
     before = digest(conn)
     conn.close()
-    n = Node(path)  # opens and migrates
+    n = Node(path, level=None)  # opens and migrates
     assert digest(n.conn) == before
     n.begin(1)
     n.create("j")

@@ -11,10 +11,12 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.state.db import open_writer
 from raftcron.state.digest import digest
 from raftcron.state.job_history import MAX_VERSIONS_PER_JOB, PRUNE_JOBS_PER_COMMAND
 from raftcron.state.machine import StateMachine
+from raftcron.testing import commit_protocol_level
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DAY = 86_400_000
@@ -27,8 +29,11 @@ def spec(job_id: str = "invoices", cron: str = "0 9 * * 1-5", **kw: Any) -> dict
 
 
 class Node:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, level: int | None = PROTOCOL_LEVEL) -> None:
+        """`level`: the committed protocol level (None: none, a cluster mid-upgrade)."""
         self.conn = open_writer(str(path))
+        if level is not None:
+            commit_protocol_level(self.conn, level)
         self.sm = StateMachine(self.conn)
         self.index = 0
         self.req = 0
@@ -229,3 +234,16 @@ def test_retention_proposes_a_prune_for_old_deleted_job_history_alone(node: Node
     assert Retention._anything_to_prune(node.conn, T0 + 2)
     node.apply(c.Prune(node.rid(), T0 + 3, before_ms=T0 + 2))
     assert not Retention._anything_to_prune(node.conn, T0 + 2)
+
+
+def test_no_history_is_recorded_until_the_cluster_level_has_it(tmp_path: Path) -> None:
+    """Mid-upgrade (no level committed: a level-1 member cannot record history) the state
+    stays what the older build writes; from the committed level 2 on, changes are kept."""
+    node = Node(tmp_path / "state.db", level=None)
+    assert node.apply(c.PutJob(node.rid(), 1_000, spec(), True))["ok"]
+    assert node.apply(c.PauseJob(node.rid(), 2_000, "invoices"))["ok"]
+    assert node.history() == []
+    assert node.apply(c.BeginEpoch(1, "n1", 2_500))["ok"]
+    assert node.apply(c.SetClusterLevel(1, 3_000, PROTOCOL_LEVEL))["ok"]
+    assert node.apply(c.ResumeJob(node.rid(), 4_000, "invoices", who="ops"))["ok"]
+    assert [(r[0], r[2], r[4]) for r in node.history()] == [(1, "resume", "ops")]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from raftcron.core import commands as c
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.leader.dispatch import Dispatcher
 from raftcron.state.db import open_reader
 from tests.integration.test_dispatch_herd import T, _CommitAtOnce, cluster_state
@@ -172,6 +173,7 @@ def _dispatcher(db: Path, now: int, ahead_ms: int = 2_000) -> tuple[Dispatcher, 
     d = Dispatcher(1, proposer=proposer,  # type: ignore[arg-type]
                    open_reader=lambda: open_reader(str(db)), clock=lambda: now,
                    ahead_ms=ahead_ms)
+    d.level = lambda: PROTOCOL_LEVEL  # a cluster of this build (as the node sets it)
     return d, proposer
 
 

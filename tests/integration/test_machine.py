@@ -6,10 +6,12 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core import identity, policy
 from raftcron.core.model import parse_job
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.state import occurrences
 from raftcron.state.db import last_applied, open_writer
 from raftcron.state.digest import digest
 from raftcron.state.machine import StateMachine
+from raftcron.testing import commit_protocol_level
 
 MIN = 60_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -21,9 +23,13 @@ def spec(job_id="j", **kw):
 
 
 class Node:
-    def __init__(self, path):
+    def __init__(self, path, level=PROTOCOL_LEVEL):
+        """`level`: the protocol level the state starts at (None: none committed, as a
+        database written before levels existed)."""
         self.path = str(path)
         self.conn = open_writer(self.path)
+        if level is not None:
+            commit_protocol_level(self.conn, level)
         self.sm = StateMachine(self.conn)
         self.index = 0
         self.epoch = 0

@@ -10,6 +10,7 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core import identity
+from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.run_bounds import RunBounds
 from raftcron.state.db import open_reader
@@ -151,7 +152,7 @@ def test_threshold_replaces_the_per_failure_deadline_alert(node: Node) -> None:
     at = T0 + MIN
     run(node, "plain", at, 1, "failed")
     run(node, "streak", at, 1, "failed")
-    cmds = plan(node, Deadlines(node.epoch, None, None), at + 11 * SEC)  # type: ignore[arg-type]
+    cmds = plan(node, deadlines(node), at + 11 * SEC)
     assert [(x.job_id, x.reason) for x in cmds] == [("plain", "failed")]  # type: ignore[attr-defined]
 
 
@@ -165,7 +166,9 @@ def test_deleting_the_job_forgets_its_streak(node: Node) -> None:
 # --- start deadline ------------------------------------------------------------------------
 
 def deadlines(node: Node) -> Deadlines:
-    return Deadlines(node.epoch, proposer=None, open_reader=None)  # type: ignore[arg-type]
+    duty = Deadlines(node.epoch, proposer=None, open_reader=None)  # type: ignore[arg-type]
+    duty.level = lambda: PROTOCOL_LEVEL  # a cluster of this build (as the node sets it)
+    return duty
 
 
 def test_not_started_when_no_attempt_is_leased_by_the_start_deadline(node: Node) -> None:
@@ -366,6 +369,7 @@ def test_a_leader_whose_clock_is_refused_confirms_nothing(node: Node) -> None:
     proposer = FakeProposer(node)
     now = [T0]
     duty = ClockConfirmations(node.epoch, proposer, clock=lambda: now[0])  # type: ignore[arg-type]
+    duty.level = lambda: PROTOCOL_LEVEL
     refused = [False]
     duty.gate = lambda: not refused[0]
 
@@ -410,7 +414,7 @@ def test_a_database_from_before_run_alerts_is_migrated_and_digests_as_before(
         return conn
 
     previous_version(tmp_path / "old.db").close()
-    upgraded = Node(tmp_path / "old.db")  # opened as every node opens its state
+    upgraded = Node(tmp_path / "old.db", level=None)  # opened as every node opens its state
     assert upgraded.q("SELECT id, status, cause FROM alerts") == [
         ("deadline:j@x", "open", None)]
     assert upgraded.digest() == digest(previous_version(tmp_path / "previous.db"))
@@ -418,5 +422,8 @@ def test_a_database_from_before_run_alerts_is_migrated_and_digests_as_before(
     upgraded.create("plain", now=T0, deadline_s=10)
     assert "start_deadline_s" not in upgraded.job_spec("plain"), "stored as before"
     assert upgraded.apply(c.ResolveAlert(1, T0, "deadline:j@x", "done"))["resolved"]
+    # An upgraded state is at protocol level 1 until its cluster commits level 2.
+    assert confirm(upgraded, T0 + SEC)["rejected"] == "cluster_not_upgraded"
+    assert upgraded.apply(c.SetClusterLevel(1, T0 + SEC, 2))["raised"]
     confirm(upgraded, T0 + SEC)
     assert stretches(upgraded) == [(1, T0 + SEC, T0 + SEC)]

@@ -61,6 +61,7 @@ SAMPLES: list[c.Command] = [
                  deadline_ms=10),
     c.ResolveAlert(epoch=3, now_ms=15, alert_id="al"),
     c.ConfirmClock(epoch=3, now_ms=15, max_gap_ms=2500),
+    c.SetClusterLevel(epoch=3, now_ms=15, level=2),
     c.AckOutbox(epoch=3, now_ms=16, outbox_id=9, delivered=False, error="503"),
     c.RouteOutbox(epoch=3, now_ms=16, routes=[[9, [["http://h/x", "cluster"],
                                                    ["http://t/y", "tenant:acme"]]], [10, []]]),
@@ -94,12 +95,13 @@ def test_envelope(cmd):
     obj = json.loads(c.encode(cmd))
     assert obj["v"] == c.CODEC_VERSION
     assert obj["t"] == cmd.TYPE
-    # Every field, except newer optional ones a command leaves out while unset (so that
-    # the previous version can still decode it: PutTenant's policy fields, the `who` of the
-    # job commands).
+    # Every field, except newer optional ones a command leaves out while at their default
+    # (so that the previous version can still decode it: PutTenant's policy fields,
+    # core.protocol's tagged fields, the `who` of the job commands).
     omitted = {f.name for f in dataclasses.fields(cmd)} - set(obj["a"])
-    assert all(getattr(cmd, name) is None for name in omitted)
-    assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms", "who"}
+    assert all(getattr(cmd, name) == c.field_default(type(cmd), name) for name in omitted)
+    assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms", "ahead_ms",
+                       "before_start", "who"}
 
 
 def test_raise_alert_written_before_deadline_ms_decodes_without_it():
@@ -126,7 +128,8 @@ def test_commands_are_frozen():
 def test_leader_only_flags():
     leader_only = {t for t, cls in c.COMMAND_TYPES.items() if cls.LEADER_ONLY}
     assert leader_only == {"claim", "lease", "sweep", "raise_alert", "resolve_alert",
-                           "confirm_clock", "ack_outbox", "route_outbox", "ack_deliveries"}
+                           "confirm_clock", "set_cluster_level", "ack_outbox", "route_outbox",
+                           "ack_deliveries"}
     for t in leader_only:
         assert "epoch" in {f.name for f in dataclasses.fields(c.COMMAND_TYPES[t])}
 

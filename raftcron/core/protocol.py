@@ -1,0 +1,154 @@
+"""Protocol levels: which log entries a build can read, and when a cluster may write them.
+
+A node of an older build that meets a committed entry it cannot decode stops (exit 70)
+rather than diverge. So a build must not write an entry some member cannot read: every
+command kind, every optional command field and every optional job field that an older
+build would refuse is tagged here with the level that introduced it, and is written only
+once the cluster's committed level (`SetClusterLevel`, raised by the leader when every
+member announced it speaks that level) reaches it.
+
+The levels, read from `git log`:
+
+- **1** - every command and field up to commit 4aaeeff (the build before calendars,
+  cancel, concurrency groups and clock confirmations). A state with no committed level
+  (every database written before levels existed) is at level 1.
+  `tests/fixtures/protocol_level1.json` is that build's codec, read from it.
+- **2** - this build: calendars (`PutCalendar`, `DeleteCalendar`), bulk pause
+  (`BulkPause`), cancel (`CancelOccurrence`), concurrency groups (`PutConcurrencyGroup`),
+  `ConfirmClock` and `SetClusterLevel`; the fields `Lease.ahead_ms` and
+  `Heartbeat.before_start` (dispatch ahead) and `RaiseAlert.deadline_ms` (the
+  `cluster_unavailable` cause); the sixth field of a claim item (which schedules named
+  the instant); the job fields `schedules`, `calendars`, `labels`, `concurrency_group`,
+  `start_deadline_s`, `min_duration_s`, `max_duration_s` and `alert_after_failures`;
+  the `who` of the job commands, and the history of edits apply records from them.
+
+A tagged field is written only when it differs from its default (`Command.args`), so an
+entry that uses none of a level's features is byte for byte what the older build wrote.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from raftcron.core import commands as c
+
+PROTOCOL_LEVEL = 2
+# The level of a state without a committed level, and of a member that announced none.
+BASE_LEVEL = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """The newest level an entry needs, and the feature (and field) that needs it."""
+
+    level: int
+    feature: str
+    field: str | None = None
+
+
+COMMAND_LEVELS: dict[type[c.Command], Requirement] = {
+    c.PutCalendar: Requirement(2, "calendars"),
+    c.DeleteCalendar: Requirement(2, "calendars"),
+    c.BulkPause: Requirement(2, "bulk pause"),
+    c.CancelOccurrence: Requirement(2, "cancel"),
+    c.PutConcurrencyGroup: Requirement(2, "concurrency groups"),
+    c.ConfirmClock: Requirement(2, "clock confirmations"),
+}
+
+# Optional fields of older command kinds: (kind, field) -> what needs them when they are
+# not at their default.
+FIELD_LEVELS: dict[tuple[type[c.Command], str], Requirement] = {
+    (c.Lease, "ahead_ms"): Requirement(2, "dispatch ahead", "ahead_ms"),
+    (c.Heartbeat, "before_start"): Requirement(2, "dispatch ahead", "before_start"),
+    (c.RaiseAlert, "deadline_ms"): Requirement(2, "cluster_unavailable cause", "deadline_ms"),
+    **{(kind, "who"): Requirement(2, "history of edits", "who")
+       for kind in (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)},
+}
+# Apply records a job's history of edits (state.job_history) only from this level on: a
+# level-1 build has no such table, and its state must stay the same as the others'.
+JOB_HISTORY_LEVEL = 2
+
+# Optional fields of a job spec (PutJob.job, CreateJobs.jobs): an older build's Job refuses
+# any key it does not know.
+JOB_FIELD_LEVELS: dict[str, Requirement] = {
+    "schedules": Requirement(2, "several schedules", "schedules"),
+    "calendars": Requirement(2, "calendars", "calendars"),
+    "labels": Requirement(2, "labels", "labels"),
+    "concurrency_group": Requirement(2, "concurrency groups", "concurrency_group"),
+    "start_deadline_s": Requirement(2, "run bounds", "start_deadline_s"),
+    "min_duration_s": Requirement(2, "run bounds", "min_duration_s"),
+    "max_duration_s": Requirement(2, "run bounds", "max_duration_s"),
+    "alert_after_failures": Requirement(2, "run bounds", "alert_after_failures"),
+}
+
+# A claim item with the names of the schedules that matched (older builds take 5 fields).
+CLAIM_MATCHED = Requirement(2, "several schedules", "items")
+
+
+def _newest(reqs: list[Requirement]) -> Requirement | None:
+    return max(reqs, key=lambda r: r.level, default=None)
+
+
+def _job_requirements(spec: Any) -> list[Requirement]:
+    if not isinstance(spec, dict):
+        return []
+    return [req for key, req in JOB_FIELD_LEVELS.items() if key in spec]
+
+
+def required(cmd: c.Command) -> Requirement | None:
+    """The newest level `cmd` needs to be read (None: level 1, any build reads it): that
+    of its encoding, which leaves a tagged field out while at its default."""
+    return entry_required(type(cmd), cmd.args())
+
+
+def entry_required(cls: type[c.Command], args: dict[str, Any]) -> Requirement | None:
+    """The newest level an entry of kind `cls` with encoded arguments `args` needs, judged
+    as an older build reads it: a field it lacks is a keyword its dataclass refuses,
+    whatever the value (an entry written with `"ahead_ms": 0` stops it too)."""
+    if cls is c.SetClusterLevel:
+        level = args.get("level")
+        level = level if type(level) is int else PROTOCOL_LEVEL
+        return Requirement(max(level, 2), f"cluster level {level}")
+    reqs: list[Requirement] = []
+    kind = COMMAND_LEVELS.get(cls)
+    if kind is not None:
+        reqs.append(kind)
+    for (tagged, name), req in FIELD_LEVELS.items():
+        if tagged is cls and name in args:
+            reqs.append(req)
+    if cls is c.PutJob:
+        reqs.extend(_job_requirements(args.get("job")))
+    elif cls is c.CreateJobs:
+        for spec in args.get("jobs") or ():
+            reqs.extend(_job_requirements(spec))
+    elif cls is c.Claim:
+        if any(isinstance(item, list) and len(item) > 5 for item in args.get("items") or ()):
+            reqs.append(CLAIM_MATCHED)
+    return _newest(reqs)
+
+
+def unmet_entry(data: bytes, level: int) -> Requirement | None:
+    """What in the encoded entry `data` a build of `level` cannot read (None: nothing).
+    `data` must decode (commands.decode)."""
+    obj = json.loads(data)
+    req = entry_required(c.COMMAND_TYPES[obj["t"]], obj["a"])
+    return req if req is not None and req.level > level else None
+
+
+def unmet(cmd: c.Command, level: int) -> Requirement | None:
+    """What in `cmd` needs more than `level` (None: nothing, it may be written)."""
+    req = required(cmd)
+    return req if req is not None and req.level > level else None
+
+
+def not_upgraded_message(req: Requirement, level: int) -> str:
+    return (f"{req.feature} needs protocol level {req.level}: cluster not fully upgraded "
+            f"(level {level} of {req.level})")
+
+
+def refusal_details(req: Requirement, level: int) -> dict[str, Any]:
+    """The fields of a refusal, beside its code and message."""
+    return {"feature": req.feature, "cluster_level": level, "required_level": req.level}

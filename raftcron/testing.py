@@ -216,9 +216,30 @@ class LocalCluster:
         return wait_until(lambda: self.leader(among), timeout, message="a leader with duties")
 
     def wait_serving(self, timeout: float = 30) -> None:
-        """Until every running node answers HTTP (a follower may bind after the election)."""
-        wait_until(lambda: all(self.cluster_view(n) is not None for n in self.procs), timeout,
-                   message="every node answering HTTP")
+        """Until every running node answers HTTP (a follower may bind after the election).
+        A timeout names the silent nodes, whether each process still runs, and the end of
+        its log (a port taken meanwhile by another process shows there)."""
+        try:
+            wait_until(lambda: all(self.cluster_view(n) is not None for n in self.procs),
+                       timeout, message="every node answering HTTP")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}: {self._silent_nodes()}") from None
+
+    def _silent_nodes(self) -> str:
+        out = []
+        for nid, proc in self.procs.items():
+            try:
+                if self.cluster_view(nid) is not None:
+                    continue
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            code = proc.poll()
+            log_file = self.root / f"{nid}.log"
+            tail = (log_file.read_text(errors="replace").splitlines()[-5:]
+                    if log_file.exists() else [])
+            out.append(f"{nid} at {self.urls[nid]} "
+                       f"({'running' if code is None else f'exited {code}'}); log: {tail}")
+        return "; ".join(out) or "all answer now"
 
     def followers(self) -> list[str]:
         leader = self.leader()

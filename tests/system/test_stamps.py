@@ -68,6 +68,21 @@ def start_fast(c: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert abs(view["now_ms"] / 1000 - time.time() - SKEW_S) < 2, view["now_ms"]
 
 
+def healthy_pair_leading(tmp_path: Path) -> tuple[LocalCluster, str]:
+    """The two healthy nodes started, and the one that leads. They lead before the fast
+    one starts, so the cluster level (raised once every member announced it) is not
+    waited for."""
+    c = LocalCluster(tmp_path)
+    c.ready_level = None
+    try:
+        for nid in HEALTHY:
+            c.start(nid)
+        return c, c.wait_leader(timeout=30, among=HEALTHY)
+    except BaseException:
+        c.close()
+        raise
+
+
 def stamp_source(c: LocalCluster, nid: str) -> str | None:
     return ((c.cluster_view(nid) or {}).get("stamp_clock") or {}).get("source")
 
@@ -86,14 +101,8 @@ def assert_follower(c: LocalCluster, nid: str) -> None:
 
 def test_a_fast_follower_stamps_writes_and_worker_calls_with_the_cluster_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    c = LocalCluster(tmp_path)
-    # The two healthy nodes lead before the fast one starts: the cluster level (raised once
-    # every member announced it) is not waited for.
-    c.ready_level = None
+    c, leader = healthy_pair_leading(tmp_path)
     try:
-        for nid in HEALTHY:
-            c.start(nid)
-        leader = c.wait_leader(timeout=30, among=HEALTHY)
         start_fast(c, tmp_path, monkeypatch)
         wait_until(lambda: stamp_source(c, FAST) == "cluster", 30,
                    message="the fast node learning the cluster's time")
@@ -212,14 +221,8 @@ def test_a_completion_through_a_node_whose_estimate_went_stale_waits_for_a_confi
     through it is refused (503, retryable) instead of being stamped SKEW_S ahead. Once the
     peer resumes and a leader's clock is confirmed again, the same completion is accepted,
     finished at the real time: nothing was lost."""
-    c = LocalCluster(tmp_path)
-    # The two healthy nodes lead before the fast one starts: the cluster level (raised once
-    # every member announced it) is not waited for.
-    c.ready_level = None
+    c, leader = healthy_pair_leading(tmp_path)
     try:
-        for nid in HEALTHY:
-            c.start(nid)
-        leader = c.wait_leader(timeout=30, among=HEALTHY)
         (paused,) = [n for n in HEALTHY if n != leader]
         start_fast(c, tmp_path, monkeypatch)
         wait_until(lambda: stamp_source(c, FAST) == "cluster", 30,

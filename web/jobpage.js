@@ -306,6 +306,7 @@ export async function refreshJob() {
   error.hidden = true;
   view.zone = job.value.schedule.timezone;
   view.job = job.value;
+  offerZones(view.zone);
   if (!view.editFilled) {
     $("#edit-cron").value = job.value.schedule.cron;
     $("#edit-timezone").value = job.value.schedule.timezone;
@@ -334,12 +335,46 @@ export async function refreshJob() {
 
 // --- backfill ------------------------------------------------------------------------------
 
+// The zone's UTC offset (ms) at the instant `ms`.
+function zoneOffsetMs(ms, tz) {
+  const parts = Object.fromEntries(new Intl.DateTimeFormat("en-US", {
+    timeZone: tz, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit" })
+    .formatToParts(new Date(ms)).map((p) => [p.type, p.value]));
+  return Date.UTC(+parts.year, +parts.month - 1, +parts.day, +parts.hour, +parts.minute,
+    +parts.second) - Math.floor(ms / 1000) * 1000;
+}
+
+// The wall-clock time `local` (a datetime-local value) in zone `tz`, as ISO 8601 with that
+// zone's offset then. A time the zone skips or repeats at a DST change takes the offset
+// found by stepping from the UTC reading (the preview lists the instants the range holds).
+export function zonedIso(local, tz) {
+  const v = local.length === 16 ? `${local}:00` : local;
+  if (tz === "UTC") return `${v}Z`;
+  const wall = Date.parse(`${v}Z`);
+  const off = zoneOffsetMs(wall - zoneOffsetMs(wall, tz), tz);
+  const minutes = Math.abs(off) / 60000;
+  const hh = String(Math.floor(minutes / 60)).padStart(2, "0");
+  return `${v}${off < 0 ? "-" : "+"}${hh}:${String(minutes % 60).padStart(2, "0")}`;
+}
+
 function rangeIso() {
   const start = $("#backfill-start").value;
   const end = $("#backfill-end").value;
   if (!start || !end) return null;
-  const iso = (v) => `${v.length === 16 ? `${v}:00` : v}Z`;
-  return { start: iso(start), end: iso(end) };
+  const tz = $("#backfill-zone").value;
+  return { start: zonedIso(start, tz), end: zonedIso(end, tz) };
+}
+
+// The range's zone: UTC, or the job's own (its instants are chosen in it).
+function offerZones(zone) {
+  const select = $("#backfill-zone");
+  const want = zone && zone !== "UTC" ? ["UTC", zone] : ["UTC"];
+  const have = [...select.options].map((o) => o.value);
+  if (want.join() === have.join()) return;
+  const chosen = want.includes(select.value) ? select.value : "UTC";
+  select.replaceChildren(...want.map((z) => el("option", { value: z }, z)));
+  select.value = chosen;
 }
 
 async function preview() {
@@ -471,7 +506,7 @@ export function setupJobPage() {
   });
   $("#backfill-preview").addEventListener("click", preview);
   $("#backfill-form").addEventListener("submit", runBackfill);
-  for (const id of ["#backfill-start", "#backfill-end"]) {
+  for (const id of ["#backfill-start", "#backfill-end", "#backfill-zone"]) {
     $(id).addEventListener("input", () => { $("#backfill-run").disabled = true; });
   }
 }

@@ -112,8 +112,8 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
         assert "after a DST change: UTC +0" in marked.first.inner_text()
 
         # Backfill: the preview lists the instants, the backfill creates exactly those.
-        page.get_by_label("From (UTC)").fill("2026-01-01T00:00:00")
-        page.get_by_label("to (UTC)").fill("2026-03-31T23:59:59")
+        page.get_by_label("From").fill("2026-01-01T00:00:00")
+        page.get_by_label("to", exact=True).fill("2026-03-31T23:59:59")
         page.get_by_role("button", name="Preview backfill").click()
         page.get_by_text("3 instants in 2026-01-01").wait_for(timeout=10_000)
         assert page.locator("#backfill-result li").all_inner_texts() == [
@@ -124,6 +124,17 @@ def test_job_page_expands_a_run_to_its_attempt_and_output(cluster: LocalCluster,
                                 10, message="backfill")
         assert sorted(o["scheduled_for"] for o in backfilled) == [
             "2026-01-01T08:00:00Z", "2026-02-01T08:00:00Z", "2026-03-01T08:00:00Z"]
+        # The range in the job's own zone: 09:00 on April 1st is its instant in Berlin
+        # (07:00 UTC, summer time), and no instant at all read as UTC.
+        page.get_by_label("From").fill("2026-04-01T09:00:00")
+        page.get_by_label("to", exact=True).fill("2026-04-01T09:00:00")
+        page.get_by_role("button", name="Preview backfill").click()
+        page.get_by_text("0 instants in").wait_for(timeout=10_000)
+        page.get_by_label("in", exact=True).select_option("Europe/Berlin")
+        page.get_by_role("button", name="Preview backfill").click()
+        page.get_by_text("1 instant in").wait_for(timeout=10_000)
+        assert page.locator("#backfill-result li").all_inner_texts() == [
+            "2026-04-01 07:00:00 UTC"]
         # Edit the schedule: the preview shows both lists; saving needs that preview.
         page.get_by_label("Cron").fill("0 10 1 * *")
         page.get_by_role("button", name="Save schedule").wait_for(timeout=5_000)

@@ -48,10 +48,9 @@ def att(job_id: str, at: int, n: int = 1) -> str:
     return identity.attempt_id(occ(job_id, at), n)
 
 
-def spec(job_id: str, **kw: Any) -> dict[str, Any]:
-    """A job as this build's API stores it, from level-1 fields only."""
-    return parse_job({"id": job_id, "schedule": "* * * * *", "target": {"shell": "true"},
-                      **kw}).to_spec()
+def job_body(job_id: str, **kw: Any) -> dict[str, Any]:
+    """A job as a client sends it, with level-1 fields only."""
+    return {"id": job_id, "schedule": "* * * * *", "target": {"shell": "true"}, **kw}
 
 
 @dataclass
@@ -64,6 +63,7 @@ class Log:
     entries: list[str] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
     requests: int = 0
     epoch: int = 0
 
@@ -71,6 +71,13 @@ class Log:
     def open(cls, path: Path) -> Log:
         conn = open_writer(str(path))
         return cls(conn, StateMachine(conn))
+
+    def spec(self, job_id: str, **kw: Any) -> dict[str, Any]:
+        """The job as this build's API stores it (the body is kept: the old build's API
+        must store the same)."""
+        body = job_body(job_id, **kw)
+        self.bodies.append(body)
+        return parse_job(body).to_spec()
 
     def rid(self) -> str:
         self.requests += 1
@@ -114,21 +121,28 @@ def level1_history(log: Log) -> None:
     log.apply(c.PutTenant(log.rid(), t, "acme", max_jobs=10, max_concurrent_runs=2,
                           max_fires_per_minute=100, queues=["default", "batch"]))
     log.apply(c.CreateJobs(log.rid(), t, [
-        spec("a", max_attempts=3, retry_backoff_s=30, notify=[HOOK], deadline_s=120),
-        spec("b", overlap_policy="forbid", heartbeat_timeout_s=10),
-        spec("c", tenant="acme", queue="batch", max_runtime_s=90, ack_timeout_s=5),
-        spec("d", overlap_policy="replace", misfire_policy="catch_up", catch_up_max=5),
-        spec("e", schedule={"cron": "30 2 * * *", "timezone": "Europe/Paris",
+        log.spec("a", max_attempts=3, retry_backoff_s=30, notify=[HOOK], deadline_s=120),
+        log.spec("b", overlap_policy="forbid", heartbeat_timeout_s=10),
+        log.spec("c", tenant="acme", queue="batch", max_runtime_s=90, ack_timeout_s=5),
+        log.spec("d", overlap_policy="replace", misfire_policy="catch_up", catch_up_max=5),
+        log.spec("e", schedule={"cron": "30 2 * * *", "timezone": "Europe/Paris",
                             "jitter_s": 20}),
     ]))
-    log.apply(c.PutJob(log.rid(), t, spec("h", overlap_policy="buffer_one", target={
+    log.apply(c.PutJob(log.rid(), t, log.spec("h", overlap_policy="buffer_one", target={
         "http": {"url": "https://api.example.com/run", "method": "POST",
                  "headers": {"Authorization": "secret:tok"}, "body": "{}"}}), True))
-    log.apply(c.PutJob(log.rid(), t, spec("x", tenant="acme", queue="nope"), True))  # policy
-    log.apply(c.PutJob(log.rid(), t, spec("a", max_attempts=2, retry_backoff_s=30,
+    log.apply(c.PutJob(log.rid(), t, log.spec("f", misfire_policy="skip", schedule={
+        "cron": "H H(0-5) * * 1-5", "timezone": "America/New_York", "dst_gap": "skip",
+        "dst_fold": "both", "start_at": "2026-01-01T00:00:00Z",
+        "end_at": "2027-01-01T00:00:00+01:00"}, max_runtime_s=600, paused=True), True))
+    log.apply(c.PutJob(log.rid(), t, log.spec("g", schedule="@daily", tenant="acme",
+                                              queue="batch", max_attempts=1), True))
+    log.apply(c.PutJob(log.rid(), t, log.spec("x", tenant="acme", queue="nope"),
+                       True))  # refused by the tenant's policy
+    log.apply(c.PutJob(log.rid(), t, log.spec("a", max_attempts=2, retry_backoff_s=30,
                                           notify=[HOOK], deadline_s=120), False,
                        expected_version=1))
-    log.apply(c.PutJob(log.rid(), t, spec("b"), False, expected_version=7))  # conflict
+    log.apply(c.PutJob(log.rid(), t, log.spec("b"), False, expected_version=7))  # conflict
 
     # Minute 1: every job due; a misfire skip and a paused skip.
     t1 = T0 + MIN
@@ -243,6 +257,20 @@ def level1_history(log: Log) -> None:
     log.apply(c.DeleteJob(log.rid(), t6 + 20_002, "d"))
     log.apply(c.Prune(log.rid(), t6 + 20_003, before_ms=t3 + 250_000, limit=3))
     log.apply(c.Barrier(log.rid()))
+
+
+def old_build_specs(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The specs the level-1 build's API stores for `bodies` (its core.model.parse_job)."""
+    code = ("import json, sys, raftcron; from raftcron.core.model import parse_job; "
+            "print(json.dumps({'from': raftcron.__file__, "
+            "'specs': [parse_job(b).to_spec() for b in json.load(sys.stdin)]}))")
+    proc = subprocess.run([sys.executable, "-S", "-E", "-c", code], cwd=LEVEL1,
+                          input=json.dumps(bodies), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert Path(out["from"]).resolve().parent == LEVEL1 / "raftcron", out["from"]
+    return out["specs"]
 
 
 def old_build_applies(entries: list[str], db: Path) -> dict[str, Any]:
@@ -363,3 +391,11 @@ def test_an_alert_raised_again_names_the_new_occurrence_only_from_level_2(
     row = conn.execute("SELECT occurrence_id, status, raised_ms FROM alerts").fetchall()
     assert row == [(first if keeps_first else second, "open", T0 + 3)]
     conn.close()
+
+
+def test_both_builds_store_a_level1_job_alike(both: tuple[Log, dict, Path]) -> None:
+    """A job given with level-1 fields only is stored with the same spec by either build's
+    API (no default moved), so a leader of either build writes the same entries."""
+    log, _, _ = both
+    assert len(log.bodies) >= 8
+    assert old_build_specs(log.bodies) == [parse_job(b).to_spec() for b in log.bodies]

@@ -252,10 +252,23 @@ def level1_history(log: Log) -> None:
               ["h", 1, t6, t6, "fire"], ["e", 1, t6, t6, "paused"])
     tokens |= log.lease(t6 + 10, att("a", t6), worker="w9", acknowledge=True)  # never acked
     log.apply(c.Sweep(log.epoch, t6 + 10_000, [att("a", t6)]))
-    log.apply(c.DeleteJob(log.rid(), t6 + 20_000, "d", expected_version=3))  # conflict
-    log.apply(c.DeleteJob(log.rid(), t6 + 20_001, "d"))
-    log.apply(c.DeleteJob(log.rid(), t6 + 20_002, "d"))
-    log.apply(c.Prune(log.rid(), t6 + 20_003, before_ms=t3 + 250_000, limit=3))
+    # d replaces its running run: told through the heartbeat, it ends cancelled.
+    tokens |= log.lease(t6 + 11_000, att("d", t6), worker="w4")
+    t7 = t6 + MIN
+    log.claim(t7, ["d", 1, t7, t7, "fire"], ["c", 1, t7, t7, "fire"])
+    log.apply(c.Heartbeat(t7 + 1000, "w4", [[att("d", t6), tokens[att("d", t6)]]]))
+    for resent in (0, 1):
+        log.apply(c.Complete(t7 + 2000 + resent, "w4", [
+            [att("d", t6), tokens[att("d", t6)], "failed", -15, "terminated"]]))
+    # acme runs one at a time now: the backfill of g waits while c runs.
+    log.apply(c.Backfill(log.rid(), t7 + 3000, "g", "bf-g", [T0]))
+    g_run = identity.attempt_id(identity.backfill_occurrence_id("g", T0, "bf-g"), 1)
+    held = log.apply(c.Lease(log.epoch, t7 + 4000, "w2", [att("c", t7), g_run]))
+    assert held["held_tenants"] == ["acme"], held
+    log.apply(c.DeleteJob(log.rid(), t7 + 20_000, "d", expected_version=3))  # conflict
+    log.apply(c.DeleteJob(log.rid(), t7 + 20_001, "d"))
+    log.apply(c.DeleteJob(log.rid(), t7 + 20_002, "d"))
+    log.apply(c.Prune(log.rid(), t7 + 20_003, before_ms=t3 + 250_000, limit=3))
     log.apply(c.Barrier(log.rid()))
 
 
@@ -311,6 +324,9 @@ def test_the_history_is_the_one_it_means_to_be(both: tuple[Log, dict, Path]) -> 
     assert {"succeeded", "failed", "timed_out", "lost", "pending", "running",
             "cancelled"} <= statuses, statuses
     assert any(r.get("unacknowledged") for r in log.results), "an unacknowledged lease"
+    replaced = att("d", T0 + 10 * MIN)  # running when a newer instant replaced it
+    assert q("SELECT status, exit_code FROM attempts WHERE id = ?",
+             (replaced,)).fetchone() == ("cancelled", -15)
     occ_statuses = {r[0] for r in q("SELECT DISTINCT status FROM occurrences")}
     assert {"succeeded", "failed", "skipped", "pending", "running"} <= occ_statuses, \
         occ_statuses

@@ -70,6 +70,10 @@ FIELD_LEVELS: dict[tuple[type[c.Command], str], Requirement] = {
 # Apply records a job's history of edits (state.job_history) only from this level on: a
 # level-1 build has no such table, and its state must stay the same as the others'.
 JOB_HISTORY_LEVEL = 2
+# An alert raised again (state.alerts.open_alert) takes the new raise's occurrence only
+# from this level on (run alerts re-raise `failures:<job>` for another occurrence); a
+# level-1 build keeps the first raise's, and the states must agree until then.
+ALERT_REOCCURRENCE_LEVEL = 2
 
 # Optional fields of a job spec (PutJob.job, CreateJobs.jobs): an older build's Job refuses
 # any key it does not know.

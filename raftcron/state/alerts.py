@@ -6,8 +6,10 @@ from typing import Any
 
 from raftcron.core import errors, identity
 from raftcron.core.commands import AckOutbox, AlertAction, Prune, RaiseAlert, ResolveAlert
+from raftcron.core.protocol import ALERT_REOCCURRENCE_LEVEL
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import availability, job_history
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, rejected
 
 
@@ -41,12 +43,13 @@ def open_alert(ctx: ApplyContext, alert_id: str, kind: str, reason: str, now_ms:
     row = ctx.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert_id,)).fetchone()
     if row is not None and row[0] == "open":
         return False
+    reraised = "" if row is None or not _reraise_takes_occurrence(ctx) else (
+        ", occurrence_id = excluded.occurrence_id, cause = excluded.cause")
     ctx.conn.execute(
         "INSERT INTO alerts (id, kind, job_id, occurrence_id, reason, status, raised_ms, cause) "
         "VALUES (?, ?, ?, ?, ?, 'open', ?, ?) ON CONFLICT (id) DO UPDATE SET status = 'open', "
         "reason = excluded.reason, raised_ms = excluded.raised_ms, resolved_ms = NULL, "
-        "acked_ms = NULL, acked_by = NULL, ack_note = NULL, "
-        "occurrence_id = excluded.occurrence_id, cause = excluded.cause",
+        "acked_ms = NULL, acked_by = NULL, ack_note = NULL" + reraised,
         (alert_id, kind, job_id, occurrence_id, reason, now_ms, cause),
     )
     _history(ctx, alert_id, "raised", reason, scheduled_for_ms, message, now_ms)
@@ -62,6 +65,14 @@ def open_alert(ctx: ApplyContext, alert_id: str, kind: str, reason: str, now_ms:
         payload["cause"] = cause
     ctx.enqueue_outbox("alert.raised", payload, now_ms)
     return True
+
+
+def _reraise_takes_occurrence(ctx: ApplyContext) -> bool:
+    """Whether an alert raised again takes the new raise's occurrence and cause: not below
+    protocol.ALERT_REOCCURRENCE_LEVEL, where a level-1 build, which keeps the first raise's
+    occurrence, applies the same log (equal states in a rolling upgrade). Below it no
+    raise carries a cause (`RaiseAlert.deadline_ms` is a level-2 field)."""
+    return committed_level(ctx.conn) >= ALERT_REOCCURRENCE_LEVEL
 
 
 def resolve_alert(ctx: ApplyContext, cmd: ResolveAlert) -> dict[str, Any]:

@@ -265,6 +265,8 @@ def generated(schema: dict[str, Any], *, in_query: bool = False) -> tuple[list[A
         invalid += ["yes", 1]
     if "string" in types and "maxLength" in schema and "pattern" not in schema:
         invalid.append("x" * (schema["maxLength"] + 1))
+        if in_query and "format" not in schema:
+            valid.append("x" * schema["maxLength"])  # a free text, as long as allowed
     if "array" in types:
         invalid.append({})
         if schema.get("minItems"):

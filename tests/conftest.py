@@ -14,9 +14,9 @@ from raftcron.testing import LocalCluster
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path)
     c.start()
-    c.wait_leader(timeout=30)
-    c.wait_serving()
-    try:
+    try:  # a setup that fails stops its processes too (a leak outlived a CI run)
+        c.wait_leader(timeout=30)
+        c.wait_serving()
         yield c
     finally:
         c.close()

@@ -24,8 +24,8 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path)
     configure(c, [f"backlog_alert_s = {BOUND_S}"])
     c.start()
-    c.wait_leader(timeout=30)
     try:
+        c.wait_leader(timeout=30)
         yield c
     finally:
         c.close()

@@ -373,9 +373,13 @@ class Node:
             duty.level = self.levels.writable
         self.duties.start()
 
-    def _level_members(self) -> list[str]:
-        return level_members([p.http_url for p in self.config.peers], self.raft.other_addrs(),
-                             self.by_raft_addr)
+    def _level_members(self) -> list[str] | None:
+        """Whom the cluster level waits for; None when the Raft voters cannot be read (no
+        level is raised on a guess: a voter left out would count as upgraded)."""
+        voters = self.raft.other_addrs()
+        if voters is None:
+            return None
+        return level_members([p.http_url for p in self.config.peers], voters, self.by_raft_addr)
 
     def _leading_epoch(self) -> int | None:
         """The epoch whose duties run on this node (None: it does not lead one)."""

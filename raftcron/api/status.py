@@ -59,11 +59,6 @@ def search_words(request: Request) -> list[str]:
     return text.lower().split()
 
 
-def _like(word: str) -> str:
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 async def jobs_overview(request: Request) -> JSONResponse:
     """Every job (up to 200) with its schedule in words, next five fire times, last run
     and a timeline of its most recent occurrences; with `q`, the first 200 that match it,
@@ -71,13 +66,22 @@ async def jobs_overview(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     per_job = int_param(request, "timeline", 30, 1, TIMELINE_MAX)
     clause, params = tenant_clause(request)
-    conditions = [clause] if clause else []
-    for word in search_words(request):
-        conditions.append(f"lower({SEARCHED}) LIKE ? ESCAPE '\\'")
-        params = [*params, _like(word)]
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    rows = await ctx.fetchall(f"{JOB_SELECT}{where} ORDER BY id LIMIT ?",
-                              (*params, MAX_JOBS + 1))
+    where = f" WHERE {clause}" if clause else ""
+    words = sorted(set(search_words(request)))
+    if words:
+        # The searched text once per row, matched here: per-word SQL conditions evaluate
+        # it once per word (bench/overview_search.py, 20,000 jobs, 100 words: 5.4 s
+        # against 0.1 s), while every other read of this node waits for the query.
+        texts = await ctx.fetchall(f"SELECT id, lower({SEARCHED}) FROM jobs{where} "
+                                   "ORDER BY id", params)
+        ids = [job_id for job_id, text in texts if all(w in text for w in words)]
+        ids = ids[:MAX_JOBS + 1]
+        rows = await ctx.fetchall(
+            f"{JOB_SELECT} WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id",
+            ids) if ids else []
+    else:
+        rows = await ctx.fetchall(f"{JOB_SELECT}{where} ORDER BY id LIMIT ?",
+                                  (*params, MAX_JOBS + 1))
     out = []
     for row in rows[:MAX_JOBS]:
         job = job_to_api(row)

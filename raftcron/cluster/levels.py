@@ -17,8 +17,9 @@ from typing import Any
 
 from raftcron.core.protocol import BASE_LEVEL, PROTOCOL_LEVEL
 
-# How long an announcement counts: a few clock-probe periods.
-ANNOUNCED_FRESH_S = 5.0
+# How long an announcement counts: two clock-probe periods (1 s) and a round trip. A peer
+# whose probe fails (a node restarting, say with an older build) is dropped at once.
+ANNOUNCED_FRESH_S = 3.0
 # Test-only: the (lower) level a node pretends to speak, to emulate a node of an older
 # build in a mixed cluster (tests/system/test_protocol_levels.py). Not for production.
 TEST_LEVEL_ENV = "RAFTCRON_TEST_PROTOCOL_LEVEL"

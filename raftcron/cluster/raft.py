@@ -390,8 +390,9 @@ class RaftNode(ElectionGuard, SyncObj):
         """Propose already encoded bytes (member operations use this)."""
         self.submit(data, callback=callback)
 
-    def other_addrs(self) -> set[str]:
-        """The Raft addresses this node currently counts as voters besides itself."""
+    def other_addrs(self) -> set[str] | None:
+        """The Raft addresses this node currently counts as voters besides itself; None
+        when the status could not be read (callers must not take that as "no voters")."""
         for _ in range(3):
             try:
                 status = self.getStatus()
@@ -399,4 +400,4 @@ class RaftNode(ElectionGuard, SyncObj):
                 continue
             prefix = "partner_node_status_server_"
             return {k[len(prefix):] for k in status if k.startswith(prefix)}
-        return set()
+        return None

@@ -25,7 +25,7 @@ PERIOD_S = 1.0
 
 
 class ClusterLevelRaiser:
-    def __init__(self, levels: ClusterLevels, peer_urls: Callable[[], list[str]],
+    def __init__(self, levels: ClusterLevels, peer_urls: Callable[[], list[str] | None],
                  proposer: Proposer, clock: Callable[[], int] = now_ms,
                  period_s: float = PERIOD_S) -> None:
         self.levels = levels
@@ -48,8 +48,12 @@ class ClusterLevelRaiser:
                 log.warning("cluster level not raised yet: %s", e.message)
 
     async def pass_once(self, epoch: int) -> bool:
-        """Commit a higher level when every member speaks it. True: one was committed."""
-        urls = list(self.peer_urls())
+        """Commit a higher level when every member speaks it. True: one was committed.
+        Members that cannot be listed (None) raise nothing: the next round asks again."""
+        members = self.peer_urls()
+        if members is None:
+            return False
+        urls = list(members)
         target = self.levels.target(urls)
         committed = self.levels.committed
         if target <= committed:

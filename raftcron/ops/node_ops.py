@@ -73,6 +73,13 @@ async def _raft_change(node: NodeView, start: Callable[[Callable[[Any, int], Non
                    f"reason {last}: is there a leader with a majority?")
 
 
+def _voters_lack(node: NodeView, raft_addr: str) -> bool:
+    """Whether the Raft voters are known and `raft_addr` is not one of them (unreadable
+    voters are not "removed")."""
+    voters = node.raft.other_addrs()
+    return voters is not None and raft_addr not in voters
+
+
 async def _propose_record(node: NodeView, data: bytes) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + RAFT_CHANGE_TIMEOUT_S
@@ -94,7 +101,7 @@ async def _propose_record(node: NodeView, data: bytes) -> dict[str, Any]:
 
 def members_view(node: NodeView) -> dict[str, Any]:
     """This node's view: the Raft voters it counts, with ids and HTTP URLs."""
-    voters = node.raft.other_addrs() | {node.config.raft_addr}
+    voters = (node.raft.other_addrs() or set()) | {node.config.raft_addr}
     known = {p.raft_addr: p for p in node.config.peers}
     rows = [{"id": node.config.node_id, "raft_addr": node.config.raft_addr,
              "http_url": node.config.http_url, "self": True}]
@@ -137,7 +144,7 @@ async def add_member(node: NodeView, member_id: str, raft_addr: str, http_url: s
     existed = any(p.id == m.id and p.raft_addr == m.raft_addr for p in node.config.peers)
     await _raft_change(
         node, lambda cb: node.raft.addNodeToCluster(m.raft_addr, callback=cb),
-        f"add {m.raft_addr}", lambda: m.raft_addr in node.raft.other_addrs())
+        f"add {m.raft_addr}", lambda: m.raft_addr in (node.raft.other_addrs() or set()))
     result = await _propose_record(node, membership.encode_put(m))
     if not result.get("ok"):
         raise OpsError(400, "invalid", str(result.get("message")))
@@ -163,7 +170,7 @@ async def remove_member(node: NodeView, member_id: str) -> dict[str, Any]:
                        "(it hands leadership over) and remove it afterwards")
     await _raft_change(
         node, lambda cb: node.raft.removeNodeFromCluster(peer.raft_addr, callback=cb),
-        f"remove {peer.raft_addr}", lambda: peer.raft_addr not in node.raft.other_addrs())
+        f"remove {peer.raft_addr}", lambda: _voters_lack(node, peer.raft_addr))
     result = await _propose_record(
         node, membership.encode_remove(Member(peer.id, peer.raft_addr, peer.http_url)))
     if not result.get("ok"):

@@ -158,3 +158,17 @@ def test_a_refused_raise_leaves_the_level_as_it_was() -> None:
     proposer = RecordingProposer({"ok": False, "rejected": "stale_epoch", "message": "old"})
     assert asyncio.run(_raiser(lv, proposer).pass_once(7)) is False
     assert lv.committed == BASE_LEVEL and len(proposer.commands) == 1
+
+
+def test_members_that_cannot_be_listed_raise_no_level() -> None:
+    """The Raft voters could not be read: a voter left out of the list would count as
+    upgraded, so the round raises nothing (fail closed) and the next one asks again."""
+    lv, proposer = ClusterLevels(speaks=2), RecordingProposer()
+    for u in PEERS:
+        lv.record_answer(u, {"protocol_level": 2})
+    listing: list[list[str] | None] = [None]
+    raiser = ClusterLevelRaiser(lv, lambda: listing[0], proposer,  # type: ignore[arg-type]
+                                clock=lambda: 1234)
+    assert asyncio.run(raiser.pass_once(7)) is False and proposer.commands == []
+    listing[0] = list(PEERS)
+    assert asyncio.run(raiser.pass_once(7)) is True

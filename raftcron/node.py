@@ -373,6 +373,12 @@ class Node:
             duty.level = self.levels.writable
         self.duties.start()
 
+    def members_speak(self, level: int) -> bool:
+        """Whether every member, as this node last heard them, speaks at least `level`
+        (False when one is unknown, or the voters cannot be read)."""
+        members = self._level_members()
+        return members is not None and self.levels.target(members) >= level
+
     def _level_members(self) -> list[str] | None:
         """Whom the cluster level waits for; None when the Raft voters cannot be read (no
         level is raised on a guess: a voter left out would count as upgraded)."""

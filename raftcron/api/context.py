@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from raftcron.node_view import NodeView
 
 # `?consistent=`: the spellings of a boolean query parameter.
+# How long a write needing a level that every member already announced waits for the
+# leader's raise to be committed and applied here (ApiContext.require_level).
+LEVEL_WAIT_S = 5.0
 CONSISTENT_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
                      "no": False, "": False}
 
@@ -88,10 +91,21 @@ class ApiContext:
 
     async def require_level(self, cmd: Command) -> None:
         """Refuse (409 `cluster_not_upgraded`, naming the feature) a command some member's
-        build could not read: it would stop that node (core.protocol)."""
-        if protocol.required(cmd) is None:
+        build could not read: it would stop that node (core.protocol).
+
+        When every member already announced the level the command needs, the raise is on
+        its way (the leader commits it within a second or two of a fresh start, and a
+        follower applies it a moment after): wait for it, up to LEVEL_WAIT_S, instead of
+        refusing a brand-new cluster's first writes. A member not heard from never waits."""
+        needed = protocol.required(cmd)
+        if needed is None:
             return
         level = await self.writable_level()
+        if needed.level > level and self.node.members_speak(needed.level):
+            deadline = time.monotonic() + LEVEL_WAIT_S
+            while needed.level > level and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                level = await self.writable_level()
         req = protocol.unmet(cmd, level)
         if req is not None:
             raise HTTPError(409, NOT_UPGRADED, protocol.not_upgraded_message(req, level),

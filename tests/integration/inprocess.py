@@ -58,6 +58,10 @@ class InProcessNode:
     def open_reader(self) -> sqlite3.Connection:
         return db.open_reader(self.config.db_path)
 
+    def members_speak(self, level: int) -> bool:
+        """No peers are heard from in-process: a level not committed is not waited for."""
+        return False
+
     def stamp_ms(self) -> int | None:
         """A one-node cluster's own clock is the cluster's time."""
         return int(time.time() * 1000)

@@ -6,11 +6,14 @@ committed the same requests work. Real app, codec, state machine and tokens, in-
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raftcron.api import context
 from raftcron.core import commands as c
 from raftcron.core import identity, protocol
 from raftcron.core.model import parse_job
@@ -154,3 +157,37 @@ async def test_a_node_speaking_level_1_refuses_them_even_at_level_2(cluster: Old
                                 headers=cluster.auth("ops"))
     assert resp.status_code == 409, resp.text
     assert "(level 1 of 2)" in resp.json()["error"]["message"]
+
+
+async def test_a_write_waits_for_a_raise_every_member_already_announced(
+        cluster: OldCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A brand-new cluster: every member announced level 2 and the leader's raise is about
+    to be applied here. The write waits for it instead of being refused."""
+    monkeypatch.setattr(cluster.node, "members_speak", lambda level: level <= 2)
+
+    async def raise_soon() -> None:
+        await asyncio.sleep(0.4)
+        assert cluster.apply(c.SetClusterLevel(1, T0, 2))["raised"]
+
+    async with api_client(cluster.node) as client:
+        raising = asyncio.create_task(raise_soon())
+        resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
+                                headers=cluster.auth("acme-bot"))
+        await raising
+    assert resp.status_code == 201, resp.text
+
+
+async def test_the_wait_is_bounded_and_never_taken_for_a_member_not_heard_from(
+        cluster: OldCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(context, "LEVEL_WAIT_S", 0.3)
+    async with api_client(cluster.node) as client:
+        monkeypatch.setattr(cluster.node, "members_speak", lambda level: True)
+        t0 = time.monotonic()
+        resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
+                                headers=cluster.auth("acme-bot"))
+        waited = time.monotonic() - t0
+        assert resp.status_code == 409 and waited >= 0.3, (resp.text, waited)
+        monkeypatch.setattr(cluster.node, "members_speak", lambda level: False)
+        resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
+                                headers=cluster.auth("acme-bot"))
+        assert resp.status_code == 409, resp.text

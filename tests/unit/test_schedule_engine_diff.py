@@ -1,10 +1,11 @@
 """The croniter-based engine against the hand-written one it replaced: behaviour did not move.
 
-``tests/unit/schedule_v1.py`` is the engine as it was before croniter parsed the fields,
-byte for byte (its git blob id is pinned below, so an edit to the reference fails here
-first). Every comparison is of the whole observable outcome: for a valid expression the
-expanded fields, the derived policies and the fire instants; for an invalid one the
-error's field and message, word for word.
+``tests/unit/schedule_v1.py`` loads the engine as it was before croniter parsed the
+fields, byte for byte, from the frozen level-1 build (tests/fixtures/level1; its git blob
+id is pinned below, so an edit to the reference fails here first). Every comparison is
+of the whole observable outcome: for a valid expression the expanded fields, the derived
+policies and the fire instants; for an invalid one the error's field and message, word
+for word.
 """
 
 from __future__ import annotations

@@ -91,6 +91,13 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
                                   "invoke": inv["cluster_wall"], "ok": None, "unsure": True}
         elif cur.get("unsure") and cur["cron"] != s["cron"]:
             cur["conflict"] = True
+        elif not cur.get("unsure") and cur["cron"] == s["cron"]:
+            # A try that timed out may be the one that committed this version (the same
+            # If-Match, the same schedule): the edit was in flight from its first send.
+            # A real run (seed 101) committed a timed-out try 0.8 s before the retry that
+            # was acknowledged was sent, and the next instant of the old schedule was
+            # rightly not claimed.
+            cur["invoke"] = min(cur.get("invoke") or 1e18, inv["cluster_wall"])
     for op in ops:  # a consistent read saw version v (and its cron) by its answer
         inv, done = op["invoke"], op.get("done") or {}
         resp = done.get("response") or {}

@@ -661,6 +661,42 @@ def test_edit_window_checked_on_both_sides() -> None:
     assert {x["scheduled_for"] for x in lost} == {iso(T0 + 20)}
 
 
+def test_an_edit_is_in_flight_from_the_first_send_of_any_try() -> None:
+    """An edit to */3 (If-Match 1) timed out at its first try, sent at T0 + 15, and its
+    retry with the same key was acknowledged at T0 + 19.8. The first try committed
+    before T0 + 18, so that old instant was rightly never claimed, although the ticker
+    was live until the retry was sent (seed 101 in CI: the checker called it lost)."""
+    def retried(first_try_cron: str) -> dict[str, Any]:
+        run = clean_run()
+        run["history"] += hist_op(5, "edit", "info", T0 + 15, job="j", key="e1",
+                                  expected_version=1, error="ReadTimeout",
+                                  body={"schedule": {"cron": first_try_cron}})
+        run["history"] += hist_op(6, "edit", "ok", T0 + 19.7, job="j", key="e1",
+                                  expected_version=1,
+                                  body={"schedule": {"cron": "*/3 * * * * *"}},
+                                  response={"id": "j", "version": 2})
+        new = [occ(t, version=2) for t in range(T0 + 19, END + 6) if t % 3 == 0]
+        for occs in nodes_occ(run):
+            occs[:] = [o for o in occs if o["kind"] != "scheduled" or ts_of(o) <= T0 + 16]
+            occs += new
+            occs.append(occ(T0 + 18, job="other", created=T0 + 17.2))  # the ticker was live
+        add_effects(run, new)
+        edit_final_job(run, 2, "*/3 * * * * *")
+        return run
+
+    assert check(retried("*/3 * * * * *"))["violations"] == {}
+    # A timed-out try with another schedule did not make version 2: it proves nothing,
+    # and the old instant T0 + 18 is owed (the ticker was live before the retry's send).
+    lost = check(retried("*/5 * * * * *"))["violations"]["lost_instant"]
+    assert {(x["scheduled_for"], x["version"]) for x in lost} == {(iso(T0 + 18), 1)}
+    run = retried("*/3 * * * * *")  # an old instant before the first send is still owed
+    for occs in nodes_occ(run):
+        occs[:] = [o for o in occs if o["scheduled_for"] != iso(T0 + 14)]
+        occs.append(occ(T0 + 14, job="other", created=T0 + 13.4))
+    lost = check(run)["violations"]["lost_instant"]
+    assert {(x["scheduled_for"], x["version"]) for x in lost} == {(iso(T0 + 14), 1)}
+
+
 def test_stuck_occurrences() -> None:
     run = clean_run()
     for occs in nodes_occ(run):

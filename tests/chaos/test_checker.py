@@ -709,6 +709,30 @@ def test_stuck_occurrences() -> None:
     assert {(x["occurrence"], x["status"]) for x in stuck} == {(f"j@{iso(T0 + 2)}", "running")}
 
 
+def test_stuck_at_a_removed_nodes_cut_off_is_judged_by_the_end() -> None:
+    """n0 was removed at T0 + 18 with j@T0+0 pending (18.5 s idle > 6 + 1 + 10): a run in
+    progress then, not stuck, when the members at the end show it finished; stuck when
+    they still show it pending, or do not have it at all."""
+    def removed_with_pending(at_end: str | None) -> dict[str, Any]:
+        run = clean_run()
+        for o in run["departed"]["n0"]["occurrences"]:
+            if o["scheduled_for"] == iso(T0):
+                o["status"] = "pending"
+        for occs in nodes_occ(run):
+            for o in list(occs):
+                if o["scheduled_for"] == iso(T0) and at_end is None:
+                    occs.remove(o)
+                elif o["scheduled_for"] == iso(T0):
+                    o["status"] = at_end
+        return run
+
+    assert "stuck_occurrence" not in check(removed_with_pending("succeeded"))["violations"]
+    stuck = check(removed_with_pending("pending"))["violations"]["stuck_occurrence"]
+    assert {x["node"] for x in stuck} == {"n0", "n1", "n2", "n3"}
+    stuck = check(removed_with_pending(None))["violations"]["stuck_occurrence"]
+    assert {x["node"] for x in stuck} == {"n0"}
+
+
 def outage(policy: str, fired: set[int], catch_up_max: int = 3) -> dict[str, Any]:
     """Instants T0+14 .. T0+26 were missed (claimed at T0+29, grace 2); `fired` fire,
     the others are skipped as misfires; T0+28 is on time."""

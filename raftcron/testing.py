@@ -28,10 +28,37 @@ def commit_protocol_level(conn: sqlite3.Connection, level: int | None = None) ->
     set_meta(conn, META_CLUSTER_LEVEL, PROTOCOL_LEVEL if level is None else level)
 
 
+# Test clusters bind loopback ports from this range, below Linux's default ephemeral range
+# (32768-60999), so an outgoing connection cannot take a port a node is about to bind.
+# RAFTCRON_TEST_PORT_RANGE="lo-hi" narrows it: two test sessions run at once (.ci/run) each
+# get their own half, so neither can pick a range the other checked but has not bound yet.
+PORT_RANGE = (20000, 32700)
+PORT_RANGE_ENV = "RAFTCRON_TEST_PORT_RANGE"
+
+
+def port_range() -> tuple[int, int]:
+    """The (lo, hi) range test ports are drawn from (the environment may narrow it)."""
+    raw = os.environ.get(PORT_RANGE_ENV)
+    if not raw:
+        return PORT_RANGE
+    try:
+        lo, hi = (int(part) for part in raw.split("-"))
+    except ValueError:
+        raise ValueError(f"{PORT_RANGE_ENV}={raw!r}: expected two ports, lo-hi") from None
+    if not 1024 <= lo < hi <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV}={raw!r}: expected 1024 <= lo < hi <= 65535")
+    return lo, hi
+
+
 def free_port_base(count: int, span: int = 200) -> int:
-    """A base port such that base..base+count and base+100..base+100+count are free."""
+    """A base port such that base..base+count and base+100..base+100+count are free, all
+    within `port_range()`."""
+    lo, hi = port_range()
+    room = hi - lo - 100 - count
+    if room <= 0:
+        raise RuntimeError(f"the port range {lo}-{hi} is too small for {count} nodes")
     for _ in range(200):
-        base = 20000 + (int.from_bytes(os.urandom(2), "big") % 30000)
+        base = lo + (int.from_bytes(os.urandom(2), "big") % room)
         ports = [base + i for i in range(count)] + [base + 100 + i for i in range(count)]
         if all(_port_free(p) for p in ports):
             return base

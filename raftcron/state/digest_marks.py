@@ -96,6 +96,7 @@ class DigestMarks:
         self._work: queue.Queue[tuple[str, sqlite3.Connection] | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._stopping = threading.Event()
 
     # --- the applying thread ---------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class DigestMarks:
                 self._changed.notify_all()
         # Hashing holds the GIL, which the Raft thread needs for its heartbeats: the next
         # digest waits as long as this one took, so marks take at most half a core.
-        time.sleep(time.monotonic() - started)
+        self._stopping.wait(time.monotonic() - started)
 
     # --- readers -----------------------------------------------------------------------------
 
@@ -205,6 +206,7 @@ class DigestMarks:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._stopping.set()
         self._work.put(None)
         worker = self._worker
         if worker is not None:

@@ -19,7 +19,7 @@ from raftcron.state import db
 from raftcron.state.digest import digest
 from raftcron.state.digest_marks import DigestMarks, MarkDigest, is_mark_id, new_mark
 from raftcron.state.machine import StateMachine
-from raftcron.testing import commit_protocol_level
+from raftcron.testing import commit_protocol_level, wait_until
 
 NOW = 1_767_225_600_000
 WAIT_S = 10.0
@@ -193,3 +193,29 @@ def test_a_mark_is_a_plain_barrier_on_the_wire() -> None:
     cmd = c.Barrier(request_id=new_mark())
     assert c.decode(c.encode(cmd)) == cmd
     assert protocol.required(cmd) is None
+
+
+def test_closing_releases_waiting_snapshots_and_records_no_more(machine) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def held_digest(conn: sqlite3.Connection) -> str:
+        entered.set()
+        assert release.wait(WAIT_S)
+        return digest(conn)
+
+    m = machine(compute=held_digest)
+    m.mark()
+    assert entered.wait(WAIT_S)
+    waiting = m.mark()
+    closing = threading.Thread(target=m.marks.close)
+    closing.start()
+    wait_until(lambda: m.marks._closed, WAIT_S, interval=0.01, message="closed")
+    release.set()  # the digest thread finishes the mark it holds, and stops
+    closing.join(WAIT_S)
+    assert not closing.is_alive()
+    assert m.marks.get(waiting) == MarkDigest(waiting, m.index)  # never computed
+    later = m.mark()
+    assert m.marks.get(later) is None
+    # No read transaction is left open: a checkpoint can reset the whole WAL.
+    busy, _, _ = m.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0

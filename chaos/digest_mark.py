@@ -15,6 +15,9 @@ from typing import Any
 import httpx
 
 READ_TIMEOUT_S = 20.0
+# Making a mark can take a proposal's 8 s and the node's own digest wait (10 s,
+# api.digest_marks.LOCAL_WAIT_S).
+MAKE_TIMEOUT_S = 30.0
 POLL_S = 0.2
 
 
@@ -24,7 +27,7 @@ def compare_at_mark(http: httpx.Client, leader_url: str, urls: dict[str, str],
     base URL). Never raises: `{"mark", "index", "digests": {node: {"index", "digest"} or
     {"error"}}}`, or `{"error"}` when no mark was made."""
     try:
-        resp = http.post(f"{leader_url}/v1/digest/marks", timeout=timeout_s)
+        resp = http.post(f"{leader_url}/v1/digest/marks", timeout=MAKE_TIMEOUT_S)
         made = resp.json() if resp.status_code == 201 else None
     except (httpx.HTTPError, ValueError) as e:
         return {"error": f"making the mark: {type(e).__name__}: {e}"}

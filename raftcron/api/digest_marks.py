@@ -23,8 +23,9 @@ from raftcron.core.commands import Barrier
 from raftcron.state.digest_marks import MARK_PREFIX, MarkDigest, is_mark_id, new_mark
 
 # How long the POST waits for this node's own digest of the mark, so that a GET on the
-# same node right after it finds the digest (a large state takes seconds to hash).
-LOCAL_WAIT_S = 30.0
+# same node right after it finds the digest (a large state takes seconds to hash); after
+# that it answers without one.
+LOCAL_WAIT_S = 10.0
 
 
 def _view(entry: MarkDigest, node_id: str) -> dict[str, Any]:

@@ -71,40 +71,57 @@ def check_membership(rep: Report, run: dict[str, Any], required: bool) -> list[d
 
 def _check_departed_digest(rep: Report, hist: list[dict[str, Any]],
                            change: dict[str, Any]) -> dict[str, Any] | None:
-    """The removed node's digest against the others' at the mark made before its removal
-    (the last one of the change, if its removal was retried); what was compared."""
+    """The removed node's digest against the others' at the marks made before its removal
+    (the harness makes another when one could not be read from the removed node): every
+    mark's digests must agree, and at least one must hold the removed node's and
+    another's. Returns what was compared."""
     removed = change["removed"]
-    record = next((h for h in reversed(hist) if h.get("process") == "membership"
-                   and h.get("f") == "digest-mark" and h.get("op") == change["op"]
-                   and h.get("node") == removed), None)
-    if record is None:
+    records = [h for h in hist if h.get("process") == "membership"
+               and h.get("f") == "digest-mark" and h.get("op") == change["op"]
+               and h.get("node") == removed]
+    if not records:
         rep.add("departed_digest_not_compared", op=change["op"], node=removed,
                 problem="no digest-mark record: the removed node's state was not compared")
         return None
-    digests = record.get("digests") or {}
-    have = {nid: d for nid, d in digests.items() if isinstance(d, dict) and d.get("digest")}
-    errors = {nid: (d or {}).get("error") for nid, d in digests.items() if nid not in have}
-    others = sorted(nid for nid in have if nid != removed)
-    if removed not in have or not others:
+    compared: dict[str, Any] | None = None
+    for record in records:
+        digests = record.get("digests") or {}
+        have = {nid: d for nid, d in digests.items()
+                if isinstance(d, dict) and d.get("digest")}
+        _check_mark_agrees(rep, change, record, have)
+        if removed in have and len(have) > 1:
+            compared = {"mark": record.get("mark"), "index": record.get("index"),
+                        "compared": sorted(have)}
+            for nid, d in sorted(digests.items()):
+                if nid not in have:
+                    rep.notes.append(f"digest mark {record.get('mark')}: {nid} not "
+                                     f"compared ({(d or {}).get('error')})")
+    if compared is None:
+        last = records[-1]
         rep.add("departed_digest_not_compared", op=change["op"], node=removed,
-                mark=record.get("mark"), error=record.get("error"), errors=errors,
-                problem="no digest of the removed node and of another node at the mark")
-        return {"mark": record.get("mark"), "compared": []}
-    for nid, error in sorted(errors.items()):
-        rep.notes.append(f"digest mark {record.get('mark')}: {nid} not compared ({error})")
+                marks=len(records), mark=last.get("mark"), error=last.get("error"),
+                errors={nid: (d or {}).get("error")
+                        for nid, d in (last.get("digests") or {}).items()
+                        if not (isinstance(d, dict) and d.get("digest"))},
+                problem="no mark with a digest of the removed node and of another node")
+        return {"mark": last.get("mark"), "compared": []}
+    return compared
+
+
+def _check_mark_agrees(rep: Report, change: dict[str, Any], record: dict[str, Any],
+                       have: dict[str, dict[str, Any]]) -> None:
+    """The digests one mark holds: at one index, and equal."""
     indexes = {nid: d.get("index") for nid, d in have.items()}
     groups: dict[str, list[str]] = {}
     for nid, d in sorted(have.items()):
         groups.setdefault(d["digest"], []).append(nid)
-    if len(set(indexes.values())) != 1:
-        rep.add("departed_digest_divergence", op=change["op"], node=removed,
+    if len(set(indexes.values())) > 1:
+        rep.add("departed_digest_divergence", op=change["op"], node=change["removed"],
                 mark=record.get("mark"), indexes=indexes,
                 problem="the mark is at different indexes on different nodes")
     elif len(groups) > 1:
-        rep.add("departed_digest_divergence", op=change["op"], node=removed,
+        rep.add("departed_digest_divergence", op=change["op"], node=change["removed"],
                 mark=record.get("mark"), index=record.get("index"), groups=groups)
-    return {"mark": record.get("mark"), "index": record.get("index"),
-            "compared": sorted(have)}
 
 
 def _check_member_sets(rep: Report, run: dict[str, Any], members: set[str]) -> None:

@@ -45,6 +45,7 @@ from chaos.reads import read_attempts, read_node
 
 CATCH_UP_S = 60.0
 REMOVE_TRIES = 3
+MARK_TRIES = 3
 
 
 class StepError(RuntimeError):
@@ -110,9 +111,15 @@ def _depart(procs: Processes, history: History, http: httpx.Client, out: Path, o
     history.write("harness", "note", "departure-read", node=removed,
                   occurrences=len(node["occurrences"]), cutoff=cutoff,
                   cutoff_index=cutoff_index)
-    # Every member, the departing one included (procs.ids still names it).
-    compared = compare_at_mark(http, procs.urls[leader], {n: procs.urls[n] for n in procs.ids})
-    history.write("membership", "note", "digest-mark", op=op, node=removed, **compared)
+    # Every member, the departing one included (procs.ids still names it). A mark made
+    # during an election, or one the departing node did not answer (paused by a fault),
+    # is made again, through whichever node leads then.
+    urls = {n: procs.urls[n] for n in procs.ids}
+    for _ in range(MARK_TRIES):
+        compared = compare_at_mark(http, procs.urls[procs.wait_leader(20) or leader], urls)
+        history.write("membership", "note", "digest-mark", op=op, node=removed, **compared)
+        if "digest" in (compared.get("digests") or {}).get(removed, {}):
+            break
     return removed, cutoff, cutoff_index
 
 

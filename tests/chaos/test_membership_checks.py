@@ -238,3 +238,20 @@ def test_the_report_lists_both_digest_mark_checks(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "| departed_digest_not_compared | 1 |" in report
     assert "| departed_digest_divergence | 0 |" in report
+
+
+def test_a_mark_made_again_counts_and_every_mark_must_agree() -> None:
+    """The harness makes another mark when the removed node did not answer one: the
+    second compares, and a divergence at any of them stays a divergence."""
+    unanswered = {"n0": {"error": "no digest within 20 s: ConnectTimeout"},
+                  "n1": {"index": 70, "digest": "d70"}, "n2": {"index": 70, "digest": "d70"}}
+    run = with_mark(clean_run(), digests=unanswered)
+    at = next(h["cluster_wall"] for h in run["history"] if h.get("f") == "digest-mark")
+    run["history"].append(digest_mark(at + 1, removed="n0"))
+    assert check(run)["verdict"]["valid"], check(run)["violations"]
+    diverged = {"n0": {"index": 70, "digest": "other"}, "n1": {"index": 70, "digest": "d70"}}
+    run = with_mark(clean_run(), digests=diverged)
+    run["history"].append(digest_mark(at + 1, removed="n0"))
+    v = check(run)["violations"]
+    assert [x["groups"] for x in v["departed_digest_divergence"]] == [
+        {"d70": ["n1"], "other": ["n0"]}]

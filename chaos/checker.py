@@ -74,6 +74,7 @@ CHECKS = (
     *checks_calendar.CHECKS,
     # remove a follower, add a fresh node (checks_membership)
     "membership_missing", "membership_failed", "departure_read_missing", "member_set_wrong",
+    "departed_digest_not_compared", "departed_digest_divergence",
 )
 
 
@@ -192,7 +193,8 @@ def check_run(run: dict[str, Any],
                       "observations": len(run.get("observed") or [])},
         "backups_compared": backups,
         "membership": [{k: h.get(k) for k in ("removed", "added", "members", "cutoff_index",
-                                              "removed_s", "caught_up_s", "elapsed_s")}
+                                              "removed_s", "caught_up_s", "elapsed_s",
+                                              "digest_mark")}
                        for h in membership],
         "groups": groups,
     }

@@ -9,6 +9,10 @@ It drives the operator's own tools, `raftcron cluster remove-node` and `add-node
 2. Departure read. That follower's jobs and occurrences (and the attempts of its
    unfinished occurrences) are read from its own state (`departed.json`): the checker
    checks its history up to T like any node's, and requires nothing of it afterwards.
+   Then one digest mark is made through the leader and read from that follower and from
+   every member (chaos/digest_mark.py): a `digest-mark` line records each node's digest
+   at the mark's index, or its error, and the checker compares the removed node's state
+   with the others' there (it is in no final digest barrier).
 3. Remove it (`cluster remove-node`), then stop it with SIGTERM.
 4. Add the spare slot as a fresh node (`cluster add-node`, then start it with an empty
    data directory and a config listing the current members), and wait until it has
@@ -34,12 +38,14 @@ from typing import Any
 
 import httpx
 
+from chaos.digest_mark import compare_at_mark
 from chaos.history import History
 from chaos.procs import Processes, raft_addr
 from chaos.reads import read_attempts, read_node
 
 CATCH_UP_S = 60.0
 REMOVE_TRIES = 3
+MARK_TRIES = 3
 
 
 class StepError(RuntimeError):
@@ -85,10 +91,10 @@ def departure_read(procs: Processes, http: httpx.Client, nid: str) -> dict[str, 
     return node
 
 
-def _depart(procs: Processes, history: History, http: httpx.Client, out: Path
+def _depart(procs: Processes, history: History, http: httpx.Client, out: Path, op: int
             ) -> tuple[str, float, int]:
-    """Choose a follower, wait for its cut-off and write its departure read: (node,
-    cut-off cluster time, cut-off index)."""
+    """Choose a follower, wait for its cut-off, write its departure read and compare its
+    digest with the members' at one mark: (node, cut-off cluster time, cut-off index)."""
     leader = procs.wait_leader(20)
     followers = sorted(n for n in procs.alive_nodes() if n != leader)
     if leader is None or not followers or not procs.spares:
@@ -105,6 +111,15 @@ def _depart(procs: Processes, history: History, http: httpx.Client, out: Path
     history.write("harness", "note", "departure-read", node=removed,
                   occurrences=len(node["occurrences"]), cutoff=cutoff,
                   cutoff_index=cutoff_index)
+    # Every member, the departing one included (procs.ids still names it). A mark made
+    # during an election, or one the departing node did not answer (paused by a fault),
+    # is made again, through whichever node leads then.
+    urls = {n: procs.urls[n] for n in procs.ids}
+    for _ in range(MARK_TRIES):
+        compared = compare_at_mark(http, procs.urls[procs.wait_leader(20) or leader], urls)
+        history.write("membership", "note", "digest-mark", op=op, node=removed, **compared)
+        if "digest" in (compared.get("digests") or {}).get(removed, {}):
+            break
     return removed, cutoff, cutoff_index
 
 
@@ -117,7 +132,7 @@ def replace_follower(procs: Processes, history: History, out: Path) -> None:
     began = time.monotonic()
     try:
         for attempt in range(1, REMOVE_TRIES + 1):
-            removed, cutoff, cutoff_index = _depart(procs, history, http, out)
+            removed, cutoff, cutoff_index = _depart(procs, history, http, out, op)
             remaining = [n for n in procs.ids if n != removed]
             servers = ",".join(procs.urls[n] for n in remaining)
             try:

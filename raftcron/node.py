@@ -39,6 +39,7 @@ from raftcron.leader.retention import DEFAULT_RETENTION_S
 from raftcron.leader.ticker import now_ms
 from raftcron.state import db
 from raftcron.state.cluster_level import committed_level
+from raftcron.state.digest_marks import DigestMarks
 from raftcron.state.machine import StateMachine
 
 log = logging.getLogger("raftcron.node")
@@ -100,6 +101,8 @@ class Node:
         if self.protocol_level < PROTOCOL_LEVEL:
             log.warning("test-only: this node speaks protocol level %d (of %d), as an older "
                         "build would", self.protocol_level, PROTOCOL_LEVEL)
+        # Digests at exact indexes (state.digest_marks), made by the apply listener.
+        self.digest_marks = DigestMarks(lambda: db.open_reader(config.db_path))
         self.machine = StateMachine(self.writer, listener=self._on_applied,
                                     speaks=self.protocol_level)
         self.by_raft_addr = {p.raft_addr: p for p in config.peers}
@@ -251,6 +254,9 @@ class Node:
     # --- tick-thread hooks -----------------------------------------------------------------
 
     def _on_applied(self, cmd: c.Command, result: dict[str, Any]) -> None:
+        # First: right after the entry's transaction, before the next one (a mark pins
+        # the state at its own index).
+        self.digest_marks.on_applied(cmd, result)
         if isinstance(cmd, c.SetClusterLevel) and result.get("ok"):
             self.levels.note_committed(int(result.get("level", 0)))
         loop = self.loop
@@ -534,6 +540,7 @@ class Node:
 
     def close(self) -> None:
         self.checkpointer.stop()
+        self.digest_marks.close()
         try:
             self.raft.destroy()
         finally:

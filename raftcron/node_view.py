@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from raftcron.cluster.raft import RaftNode
     from raftcron.config import NodeConfig
     from raftcron.leader.duties import DutySettings, LeaderDuties
+    from raftcron.state.digest_marks import DigestMarks
 
 
 class NodeView(Protocol):
@@ -27,6 +28,8 @@ class NodeView(Protocol):
     duty_settings: DutySettings
     # The protocol level this node speaks (core.protocol).
     protocol_level: int
+    # This node's digests at marked log indexes (state.digest_marks).
+    digest_marks: DigestMarks
 
     def status(self) -> dict[str, Any]: ...
 

@@ -42,6 +42,7 @@ from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
 from raftcron.core.secrets import SECRET_NAME_RE
 from raftcron.core.tenant_policy import MAX_PATTERNS, TARGET_KINDS
+from raftcron.state.digest_marks import DEFAULT_CAPACITY, MARK_PATTERN
 
 JSON = "application/json"
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -448,6 +449,18 @@ def _spec() -> dict[str, Any]:
                             "content": {JSON: {"schema": JSON_OBJ}}}}})},
             "/v1/cluster": {"get": _op("This node's view of the cluster")},
             "/v1/digest": {"get": _op("Canonical digest of this node's state")},
+            "/v1/digest/marks": {"post": _op(
+                "Commit a digest mark (admin): a barrier entry at whose index every node "
+                "keeps its digest. Answers `mark` and `index` (and this node's `digest` "
+                "once computed); an unknown outcome (503) names the `mark` too",
+                ok=201, errors=(503,))},
+            "/v1/digest/marks/{mark}": {"get": _op(
+                "This node's digest at a mark's index (admin): `mark`, `index`, `digest`, "
+                "`node_id`; `digest` null with `error` when this node could not compute "
+                "it. 404 while this node has not applied or digested the mark, once it "
+                f"evicted it (it keeps the newest {DEFAULT_CAPACITY}), or for an id never "
+                "made",
+                params=[_path("mark", {"type": "string", "pattern": MARK_PATTERN})])},
             "/metrics": {"get": _op("Prometheus text exposition of this node",
                                     content="text/plain")},
             "/v1/cluster/nodes": {"get": _op(

@@ -108,14 +108,27 @@ def clean_run() -> dict[str, Any]:
     }
 
 
+def digest_mark(at: float, *, removed: str, digests: dict[str, Any] | None = None,
+                op: int = 90) -> dict[str, Any]:
+    """The harness's digest-mark line of a membership change: each node's digest at the
+    mark (default: the removed node and the two members, all equal)."""
+    if digests is None:
+        digests = {n: {"index": 70, "digest": "d70"} for n in ("n0", "n1", "n2")}
+    return {"seed": 7, "process": "membership", "type": "note", "f": "digest-mark", "op": op,
+            "wall": at, "cluster_wall": at, "mono": at, "node": removed,
+            "mark": "digest-mark-" + "7" * 32, "index": 70, "digests": digests}
+
+
 def membership_change(at: float, *, removed: str, added: str,
                       outcome: str | None = "ok") -> list[dict[str, Any]]:
-    """The history of one membership change: invoke, the departure read, the new node's
-    start, and the outcome (`ok`, `fail`, or None: no outcome recorded)."""
+    """The history of one membership change: invoke, the departure read and the digest
+    mark, the new node's start, and the outcome (`ok`, `fail`, or None: no outcome
+    recorded)."""
     base = {"seed": 7, "process": "membership", "f": "replace-node", "op": 90, "wall": at,
             "cluster_wall": at, "mono": at}
     out = [{**base, "type": "invoke", "members": ["n0", "n1", "n2"]},
            harness("departure-read", at + 0.5, node=removed, cutoff=at),
+           digest_mark(at + 0.6, removed=removed),
            harness("node-start", at + 1, node=added)]
     if outcome == "ok":
         out.append({**base, "type": "ok", "removed": removed, "added": added,

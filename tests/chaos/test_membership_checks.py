@@ -12,6 +12,7 @@ from tests.chaos.test_checker import (
     T0,
     check,
     clean_run,
+    digest_mark,
     hist_op,
     iso,
     membership_change,
@@ -19,7 +20,7 @@ from tests.chaos.test_checker import (
 )
 
 MEMBERSHIP = ("membership_missing", "membership_failed", "departure_read_missing",
-              "member_set_wrong")
+              "member_set_wrong", "departed_digest_not_compared", "departed_digest_divergence")
 
 
 def without_membership(run: dict) -> list[dict]:
@@ -32,6 +33,8 @@ def test_clean_run_with_the_change_is_valid_and_reports_each_membership_check() 
     assert all(summary["verdict"]["checks"][k] == 0 for k in MEMBERSHIP)
     assert summary["stats"]["membership"][0]["removed"] == "n0"
     assert summary["stats"]["membership"][0]["added"] == "n3"
+    assert summary["stats"]["membership"][0]["digest_mark"] == {
+        "mark": "digest-mark-" + "7" * 32, "index": 70, "compared": ["n0", "n1", "n2"]}
 
 
 def test_a_run_without_the_change_is_invalid() -> None:
@@ -146,3 +149,109 @@ def test_a_member_whose_view_still_lists_the_removed_node() -> None:
     wrong = check(run)["violations"]["member_set_wrong"]
     assert [(x["node"], x["peers"], x["expected"]) for x in wrong] == [
         ("n1", ["n0", "n2", "n3"], ["n2", "n3"]), ("n2", ["n1"], ["n1", "n3"])]
+
+
+# --- the removed node's digest at the mark made before its removal ---------------------------
+
+def without_mark(run: dict) -> dict:
+    run["history"] = [h for h in run["history"] if h.get("f") != "digest-mark"]
+    return run
+
+
+def with_mark(run: dict, **kw) -> dict:
+    """`run` with its digest-mark line replaced by `digest_mark(**kw)` (of n0 unless
+    told), written after the departure read."""
+    hist = without_mark(run)["history"]
+    at = next(h["cluster_wall"] for h in hist if h.get("f") == "departure-read")
+    hist.append(digest_mark(at + 0.1, **{"removed": "n0", **kw}))
+    return run
+
+
+def test_a_change_without_a_digest_mark_is_invalid() -> None:
+    run = without_mark(clean_run())
+    summary = check(run)
+    assert not summary["verdict"]["valid"]
+    v = summary["violations"]
+    assert [(x["node"], x["problem"]) for x in v["departed_digest_not_compared"]] == [
+        ("n0", "no digest-mark record: the removed node's state was not compared")]
+
+
+def test_a_mark_for_another_node_or_change_does_not_count() -> None:
+    # An earlier try chose n1 (its removal was refused), or another change made the mark.
+    for kw in ({"removed": "n1"}, {"op": 91}):
+        v = check(with_mark(clean_run(), **kw))["violations"]
+        assert [x["node"] for x in v["departed_digest_not_compared"]] == ["n0"], kw
+
+
+def test_a_mark_the_removed_node_did_not_answer_is_invalid() -> None:
+    digests = {"n0": {"error": "no digest within 20 s: HTTP 404"},
+               "n1": {"index": 70, "digest": "d70"}, "n2": {"index": 70, "digest": "d70"}}
+    v = check(with_mark(clean_run(), digests=digests))["violations"]
+    [x] = v["departed_digest_not_compared"]
+    assert x["errors"] == {"n0": "no digest within 20 s: HTTP 404"}
+
+
+def test_a_mark_only_the_removed_node_answered_is_invalid() -> None:
+    digests = {"n0": {"index": 70, "digest": "d70"}, "n1": {"error": "HTTP 403"},
+               "n2": {"index": 70, "error": "the digest failed: OperationalError"}}
+    v = check(with_mark(clean_run(), digests=digests))["violations"]
+    assert len(v["departed_digest_not_compared"]) == 1
+    # No mark made at all: no digest from anyone.
+    run = clean_run()
+    run["history"] = [h if h.get("f") != "digest-mark" else
+                      {k: v for k, v in h.items() if k not in ("mark", "index", "digests")}
+                      | {"error": "making the mark: HTTP 503"} for h in run["history"]]
+    v = check(run)["violations"]
+    assert [x["error"] for x in v["departed_digest_not_compared"]] == [
+        "making the mark: HTTP 503"]
+
+
+def test_one_member_compared_is_enough_and_the_other_is_noted() -> None:
+    digests = {"n0": {"index": 70, "digest": "d70"}, "n1": {"index": 70, "digest": "d70"},
+               "n2": {"error": "no digest within 20 s: ConnectError"}}
+    summary = check(with_mark(clean_run(), digests=digests))
+    assert summary["verdict"]["valid"], summary["violations"]
+    assert any("n2 not compared" in n for n in summary["notes"])
+
+
+def test_the_removed_nodes_digest_differing_at_the_mark_is_a_divergence() -> None:
+    digests = {"n0": {"index": 70, "digest": "other"}, "n1": {"index": 70, "digest": "d70"},
+               "n2": {"index": 70, "digest": "d70"}}
+    v = check(with_mark(clean_run(), digests=digests))["violations"]
+    assert [(x["node"], x["index"], x["groups"]) for x in v["departed_digest_divergence"]] == [
+        ("n0", 70, {"d70": ["n1", "n2"], "other": ["n0"]})]
+    assert "departed_digest_not_compared" not in v
+
+
+def test_one_mark_at_different_indexes_is_a_divergence() -> None:
+    digests = {"n0": {"index": 71, "digest": "d70"}, "n1": {"index": 70, "digest": "d70"},
+               "n2": {"index": 70, "digest": "d70"}}
+    v = check(with_mark(clean_run(), digests=digests))["violations"]
+    assert [x["indexes"] for x in v["departed_digest_divergence"]] == [
+        {"n0": 71, "n1": 70, "n2": 70}]
+
+
+def test_the_report_lists_both_digest_mark_checks(tmp_path: Path) -> None:
+    run = without_mark(clean_run())
+    write_dir(tmp_path, run)
+    check_dir(tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "| departed_digest_not_compared | 1 |" in report
+    assert "| departed_digest_divergence | 0 |" in report
+
+
+def test_a_mark_made_again_counts_and_every_mark_must_agree() -> None:
+    """The harness makes another mark when the removed node did not answer one: the
+    second compares, and a divergence at any of them stays a divergence."""
+    unanswered = {"n0": {"error": "no digest within 20 s: ConnectTimeout"},
+                  "n1": {"index": 70, "digest": "d70"}, "n2": {"index": 70, "digest": "d70"}}
+    run = with_mark(clean_run(), digests=unanswered)
+    at = next(h["cluster_wall"] for h in run["history"] if h.get("f") == "digest-mark")
+    run["history"].append(digest_mark(at + 1, removed="n0"))
+    assert check(run)["verdict"]["valid"], check(run)["violations"]
+    diverged = {"n0": {"index": 70, "digest": "other"}, "n1": {"index": 70, "digest": "d70"}}
+    run = with_mark(clean_run(), digests=diverged)
+    run["history"].append(digest_mark(at + 1, removed="n0"))
+    v = check(run)["violations"]
+    assert [x["groups"] for x in v["departed_digest_divergence"]] == [
+        {"d70": ["n1"], "other": ["n0"]}]

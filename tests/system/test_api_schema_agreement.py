@@ -112,7 +112,7 @@ BASE_QUERY = {("GET", "/v1/status/jobs/{job_id}/backfill-preview"): {
 # Path parameters of the other operations: a value that passes validation.
 PATH_VALUES = {"job_id": "absent.job-1", "name": "absent", "occurrence_id": "absent",
                "member_id": "absent", "alert_id": "none:x", "outbox_id": "1",
-               "attempt_id": "a-1"}
+               "attempt_id": "a-1", "mark": "digest-mark-" + "0" * 32}
 # A valid add would change the membership of the node under test: invalid values only.
 INVALID_ONLY = {("POST", "/v1/cluster/members")}
 # The error's `field` for a path parameter, where the validator names it otherwise.
@@ -173,6 +173,8 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
     "job_id": (["agree", "absent.job-1"], ["a b", "x" * 129]),
     "occurrence_id": (["absent"], []),
     "member_id": (["absent"], []),
+    "mark": (["digest-mark-" + "0" * 32], ["x", "digest-mark-" + "G" * 32,
+                                          "digest-mark-" + "0" * 33]),
     "tenant_query": (["acme", "any thing"], []),
     "consistent": (["true", "FALSE", "1", "no", ""], ["maybe", "truth"]),
     "alert_id": (["missed:x", "a/b"], ["", "x" * 601]),

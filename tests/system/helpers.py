@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -64,3 +65,13 @@ def serving_cluster(root: Path, configure: Callable[[LocalCluster], None] | None
         yield c
     finally:
         c.close()
+
+
+def as_from_a_terminal() -> None:
+    """`preexec_fn` for a process a test stops with SIGINT, as Ctrl-C in a terminal would.
+
+    A command started in the background by a non-interactive shell (`pytest ... &`, as
+    .ci/run starts one of its two sessions) has SIGINT ignored, and its children inherit
+    that: Python then installs no KeyboardInterrupt handler, and SIGINT does nothing. A
+    terminal user's process has the default disposition; so does this one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

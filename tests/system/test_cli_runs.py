@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from raftcron.testing import LocalCluster, wait_until
-from tests.system.helpers import add_job
+from tests.system.helpers import add_job, as_from_a_terminal
 
 pytestmark = pytest.mark.system
 
@@ -41,7 +41,8 @@ class Cli:
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "raftcron", *args, "--server",
                                  self.server], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=cli_env(self.c.admin_token))
+                                text=True, env=cli_env(self.c.admin_token),
+                                preexec_fn=as_from_a_terminal)
 
     def ok(self, *args: str, token: str | None = None) -> str:
         done = self.run(*args, token=token)

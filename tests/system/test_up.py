@@ -12,6 +12,7 @@ from pathlib import Path
 
 from raftcron.ops.local import wait_for_leader, write_cluster_configs
 from raftcron.testing import free_port_base, wait_until
+from tests.system.helpers import as_from_a_terminal
 
 
 def pids_of(needle: str) -> list[int]:
@@ -48,7 +49,8 @@ def test_up_restarts_a_killed_node_and_stops_whole_on_ctrl_c(tmp_path: Path) -> 
     with open(out, "wb") as sink:
         up = subprocess.Popen(
             [sys.executable, "-m", "raftcron", "up", "--data-dir", str(data), "--port-base",
-             str(base)], stdout=sink, stderr=subprocess.STDOUT)
+             str(base)], stdout=sink, stderr=subprocess.STDOUT,
+            preexec_fn=as_from_a_terminal)
     try:
         wait_until(lambda: b"Ctrl-C stops" in out.read_bytes(), 60,
                    message="the cluster to start")

@@ -7,9 +7,15 @@ reads the occurrences whose instant lies in a band of ages [BAND_OLD_S, BAND_YOU
 occurrences, and writes them to `observed.jsonl`. An occurrence is pruned at the earliest
 when it finished a retention ago, and it finished at the earliest a claim lookahead (1 s)
 before its instant, so it is still there at any age below RETENTION_S - 1. The band's
-young edge lies 25 s below the retention, more than the period: every instant is read at
+young edge lies 40 s below the retention, more than the period: every instant is read at
 least once at an age where nothing can have pruned it yet, and the checker
 (chaos/checks_retention.py) knows each pruned occurrence's last state.
+
+The checker calls any instant no successful observation's band covered unobserved (the
+run is then no evidence). So successive bands overlap by `BAND_S - PERIOD_S` (45 s), and
+an observation that no node answered (a majority killed, every node catching up: 30 s in
+one ci run, which left a 20 ms gap when the bands were 45 s wide) is tried again after
+RETRY_S, not a whole period later.
 """
 
 from __future__ import annotations
@@ -29,14 +35,24 @@ from chaos.procs import RETENTION_S, Processes
 from chaos.workload import QUOTA_TENANT
 
 PERIOD_S = 15.0
-BAND_YOUNG_S = RETENTION_S - 25.0
+RETRY_S = 2.0
+BAND_YOUNG_S = RETENTION_S - 40.0
 BAND_OLD_S = RETENTION_S + 20.0
+BAND_S = BAND_OLD_S - BAND_YOUNG_S
 PAGE = 500
 
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
+
+
+def next_wait_s(answered: bool, elapsed_s: float) -> float:
+    """Seconds until the next observation: a period after the start of one that a node
+    answered, RETRY_S after one that no node answered."""
+    if not answered:
+        return RETRY_S
+    return max(0.0, PERIOD_S - elapsed_s)
 
 
 class Observer:
@@ -62,8 +78,10 @@ class Observer:
         with open(self.path, "a", buffering=1) as f:
             while not self.stop.is_set():
                 began = time.monotonic()
-                f.write(json.dumps(self.observe_once()) + "\n")
-                self.stop.wait(max(0.0, PERIOD_S - (time.monotonic() - began)))
+                seen = self.observe_once()
+                f.write(json.dumps(seen) + "\n")
+                self.stop.wait(next_wait_s(seen["node"] is not None,
+                                           time.monotonic() - began))
 
     def observe_once(self) -> dict[str, Any]:
         """One read of the band, from the first node (in rotation) that answers whole."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 
 from raftcron.api.app import create_app
@@ -89,3 +90,19 @@ async def api_client(node: InProcessNode) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
             yield client
+
+
+def api_fixture(owner: str, attr: str | None = "node") -> Any:
+    """A pytest fixture named `api`: an `api_client` on the `InProcessNode` held by the
+    fixture named `owner` (at its attribute `attr`, or the fixture itself if None), which
+    closes that node afterwards. A test module binds it as `api = api_fixture("env")`."""
+
+    @pytest.fixture(name="api")
+    async def api(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
+        held = request.getfixturevalue(owner)
+        node: InProcessNode = held if attr is None else getattr(held, attr)
+        async with api_client(node) as client:
+            yield client
+        node.close()
+
+    return api

@@ -379,6 +379,12 @@ class Node:
             duty.level = self.levels.writable
         self.duties.start()
 
+    def writable_level(self) -> int:
+        """The level this node may write (cluster.levels): the committed one as applied
+        here, from memory. Set from the state at start, noted on every applied
+        SetClusterLevel, and refreshed after a snapshot install (it only lags, lower)."""
+        return self.levels.writable()
+
     def members_speak(self, level: int) -> bool:
         """Whether every member, as this node last heard them, speaks at least `level`
         (False when one is unknown, or the voters cannot be read)."""

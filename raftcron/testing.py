@@ -50,7 +50,7 @@ def port_range() -> tuple[int, int]:
     return lo, hi
 
 
-def free_port_base(count: int, span: int = 200) -> int:
+def free_port_base(count: int) -> int:
     """A base port such that base..base+count and base+100..base+100+count are free, all
     within `port_range()`."""
     lo, hi = port_range()

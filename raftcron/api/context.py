@@ -18,7 +18,6 @@ from raftcron.cluster.proposer import NO_LEADER, ProposalError
 from raftcron.core import protocol
 from raftcron.core.commands import Barrier, Command
 from raftcron.core.errors import NOT_UPGRADED, ValidationError
-from raftcron.state.db import META_CLUSTER_LEVEL
 
 if TYPE_CHECKING:
     from raftcron.node_view import NodeView
@@ -80,14 +79,12 @@ class ApiContext:
             raise rejection_error(result)
         return result
 
-    async def writable_level(self) -> int:
+    def writable_level(self) -> int:
         """The protocol level this node may write: the level the cluster committed, as
         this node applied it (it only rises, so a lagging node is the more careful one),
-        and never above the level this node speaks."""
-        row = await self.fetchone("SELECT value FROM meta WHERE key = ?",
-                                  (META_CLUSTER_LEVEL,))
-        committed = max(protocol.BASE_LEVEL, int(row[0]) if row else 0)
-        return min(committed, self.node.protocol_level)
+        and never above the level this node speaks. Held in memory by the node (noted on
+        apply), so a write does not read it from SQLite."""
+        return self.node.writable_level()
 
     async def require_level(self, cmd: Command) -> None:
         """Refuse (409 `cluster_not_upgraded`, naming the feature) a command some member's
@@ -100,12 +97,12 @@ class ApiContext:
         needed = protocol.required(cmd)
         if needed is None:
             return
-        level = await self.writable_level()
+        level = self.writable_level()
         if needed.level > level and self.node.members_speak(needed.level):
             deadline = time.monotonic() + LEVEL_WAIT_S
             while needed.level > level and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                level = await self.writable_level()
+                level = self.writable_level()
         req = protocol.unmet(cmd, level)
         if req is not None:
             raise HTTPError(409, NOT_UPGRADED, protocol.not_upgraded_message(req, level),

@@ -59,7 +59,7 @@ def path_job_id(request: Request) -> str:
 async def who(request: Request, ctx: ApiContext) -> str | None:
     """The principal a job's history names for this request's change; None (not sent)
     while some member's build could not read it (core.protocol: a rolling upgrade)."""
-    if await ctx.writable_level() < JOB_HISTORY_LEVEL:
+    if ctx.writable_level() < JOB_HISTORY_LEVEL:
         return None
     return principal_of(request).identity
 

@@ -55,7 +55,7 @@ from raftcron.core.model import Job
 from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.alert_commands import propose_alert_change
 from raftcron.leader.ticker import now_ms
-from raftcron.state.calendars import load_compiled_calendars
+from raftcron.state.calendars import CompiledCalendars
 from raftcron.state.db import ThreadReader
 
 CAUSE_LEVEL = FIELD_LEVELS[(RaiseAlert, "deadline_ms")].level
@@ -234,6 +234,9 @@ class Deadlines:
         # node. Below CAUSE_LEVEL an alert carries no deadline (no cause is judged).
         self.level: Callable[[], int] = lambda: BASE_LEVEL
         self.lookback_ms = lookback_ms
+        # Compiled calendars, recompiled only when one changed; the node's duties
+        # share the ticker's here.
+        self.calendar_cache = CompiledCalendars()
         # job id -> nominal instant (ms) through which overdue instants were judged, per
         # bound kind (`cursor` is the success deadline's, `cursors` every bound's).
         self.cursors: dict[str, dict[str, int]] = {b.kind: {} for b in BOUNDS}
@@ -297,7 +300,7 @@ class Deadlines:
                 instants = self._unclaimed(spec, max(start, watermark), through)
                 if spec.get("calendars"):
                     if calendars is None:
-                        calendars = load_compiled_calendars(conn)
+                        calendars = self.calendar_cache.load(conn)
                     instants = _not_excluded(instants, spec["calendars"], calendars)
                 if len(instants) >= UNCLAIMED_PER_JOB:
                     through = instants[-1]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from raftcron.cluster.proposer import Proposer
 from raftcron.core.commands import Claim
 from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
-from raftcron.state.calendars import load_compiled_calendars
+from raftcron.state.calendars import CompiledCalendars
 
 log = logging.getLogger("raftcron.ticker")
 
@@ -57,6 +57,9 @@ class Ticker:
         self.planner = TickPlanner()
         self.changed_jobs: set[str] = set()
         self.calendars_changed = True
+        # Compiled calendars, recompiled only when one changed (shared with the
+        # deadline check, see leader.duties).
+        self.calendar_cache = CompiledCalendars()
         self.wakeup = asyncio.Event()
         self.last_tick_ms: int | None = None
         self.claims = 0
@@ -77,7 +80,7 @@ class Ticker:
     def _load_calendars(self) -> None:
         conn = self.open_reader()
         try:
-            self.planner.calendars = load_compiled_calendars(conn)
+            self.planner.calendars = self.calendar_cache.load(conn)
         finally:
             conn.close()
 

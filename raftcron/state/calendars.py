@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from typing import Any
 
 from raftcron.core import errors
@@ -21,10 +22,30 @@ def _spec_text(spec: dict[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
-def load_compiled_calendars(conn: sqlite3.Connection) -> dict[str, CompiledCalendar]:
-    """Every calendar, compiled, by name (the ticker's planner holds these)."""
-    return {name: Calendar.from_spec(json.loads(spec)).compiled()
-            for name, spec in conn.execute("SELECT name, spec FROM calendars")}
+class CompiledCalendars:
+    """Every calendar, compiled, by name, as of the connection it is loaded from.
+
+    Compiling is the costly part, so a calendar is compiled again only when its stored
+    spec text differs from the one it was compiled from; reading the specs is cheap and
+    done on every load, so the result is always that of the reader's own snapshot (never a
+    stale calendar beside fresh job rows). The ticker and the deadline check share one
+    instance from different threads, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._compiled: dict[str, tuple[str, CompiledCalendar]] = {}  # name -> (spec, cal)
+
+    def load(self, conn: sqlite3.Connection) -> dict[str, CompiledCalendar]:
+        rows = conn.execute("SELECT name, spec FROM calendars").fetchall()
+        with self._lock:
+            kept: dict[str, tuple[str, CompiledCalendar]] = {}
+            for name, spec in rows:
+                held = self._compiled.get(name)
+                if held is None or held[0] != spec:
+                    held = (spec, Calendar.from_spec(json.loads(spec)).compiled())
+                kept[name] = held
+            self._compiled = kept
+        return {name: cal for name, (_, cal) in kept.items()}
 
 
 def jobs_naming(conn: sqlite3.Connection, name: str) -> list[str]:

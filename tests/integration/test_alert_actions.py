@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core.model import parse_job
 from raftcron.state.digest import digest
-from tests.integration.inprocess import InProcessNode, api_client
+from tests.integration.inprocess import InProcessNode, api_fixture
 
 T0 = 1_767_225_600_000
 
@@ -55,11 +54,7 @@ def cluster(tmp_path: Path) -> Cluster:
     return Cluster(tmp_path)
 
 
-@pytest.fixture
-async def api(cluster: Cluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(cluster.node) as client:
-        yield client
-    cluster.node.close()
+api = api_fixture("cluster")
 
 
 async def act(api: httpx.AsyncClient, cluster: Cluster, who: str, alert_id: str, action: str,

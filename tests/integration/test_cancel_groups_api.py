@@ -3,7 +3,6 @@ and state machine, with real tokens: who may act, what is refused, and how."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.model import parse_job
-from tests.integration.inprocess import InProcessNode, api_client
+from tests.integration.inprocess import InProcessNode, api_fixture
 
 T0 = 1_767_225_600_000
 AT = T0 + 60_000
@@ -59,11 +58,7 @@ def cluster(tmp_path: Path) -> Cluster:
     return Cluster(tmp_path)
 
 
-@pytest.fixture
-async def api(cluster: Cluster) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(cluster.node) as client:
-        yield client
-    cluster.node.close()
+api = api_fixture("cluster")
 
 
 async def cancel(api: httpx.AsyncClient, cluster: Cluster, who: str, job: str,

@@ -17,7 +17,7 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core import delivery, identity
-from raftcron.core.calendar import parse_calendar
+from raftcron.core.calendar import Calendar, parse_calendar
 from raftcron.leader.deadlines import Deadlines
 from raftcron.leader.outbox import OutboxDelivery, backoff_s, webhook_body, webhook_headers
 from raftcron.state.db import ThreadReader, open_reader
@@ -482,3 +482,36 @@ async def test_notify_urls_outside_the_tenants_current_policy_are_not_posted(
     # Cluster-wide receivers are the operator's; the job's loopback URL is refused.
     assert [url for url, _signer in routes[0][1]] == ["http://127.0.0.1:8/ops",
                                                       "https://hooks.example.com/x"]
+
+
+def test_calendars_are_compiled_once_per_change_and_an_edit_is_honoured(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs every second: an unchanged calendar is not compiled again on each
+    pass, but an edited one is, and the very next pass judges by the edit."""
+    compiled = []
+    real = Calendar.compiled
+    monkeypatch.setattr(Calendar, "compiled", lambda self: compiled.append(self.name)
+                        or real(self))
+    at = T0 + MIN
+
+    def maint(start: str, end: str) -> dict[str, Any]:
+        return parse_calendar({"timezone": "UTC", "exclude": [{"start": start, "end": end}]},
+                              "maint").to_spec()
+
+    assert node.apply(c.PutCalendar(node.rid(), T0, maint(
+        "2026-01-01T00:02:00Z", "2026-01-01T00:02:30Z")))["ok"]
+    node.create("cal", now=T0, deadline_s=10, calendars=["maint"])
+    dl = deadlines(node)
+
+    def missed(now: int) -> list[int]:
+        return [x.scheduled_for_ms for x in plan(node, dl, now)  # type: ignore[attr-defined]
+                if x.TYPE == "raise_alert"]
+
+    assert missed(at + 11 * SEC) == [at]
+    assert missed(at + MIN + 11 * SEC) == []  # excluded
+    assert compiled == ["maint"]  # two passes, one compilation
+    assert node.apply(c.PutCalendar(node.rid(), T0, maint(
+        "2026-01-01T00:03:00Z", "2026-01-01T00:03:30Z")))["ok"]
+    assert missed(at + 2 * MIN + 11 * SEC) == []  # excluded by the edited calendar
+    assert missed(at + 3 * MIN + 11 * SEC) == [at + 3 * MIN]
+    assert compiled == ["maint", "maint"]

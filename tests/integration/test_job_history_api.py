@@ -3,14 +3,13 @@ bearer tokens: admin, two tenants, a read token and a worker token."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.integration.inprocess import InProcessNode, api_client
+from tests.integration.inprocess import InProcessNode, api_fixture
 
 JOB = {"id": "invoices", "tenant": "acme",
        "schedule": {"cron": "0 9 * * 1-5", "timezone": "Europe/Berlin"},
@@ -33,11 +32,7 @@ def env(tmp_path: Path) -> Env:
     return Env(tmp_path)
 
 
-@pytest.fixture
-async def api(env: Env) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(env.node) as client:
-        yield client
-    env.node.close()
+api = api_fixture("env")
 
 
 async def edit(api: httpx.AsyncClient, env: Env, who: str, version: int,

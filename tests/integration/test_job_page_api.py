@@ -4,7 +4,6 @@ state machine, with real bearer tokens of two tenants."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.model import parse_job
-from tests.integration.inprocess import InProcessNode, api_client
+from tests.integration.inprocess import InProcessNode, api_fixture
 
 
 class Node:
@@ -55,11 +54,7 @@ def node(tmp_path: Path) -> Node:
     return Node(tmp_path)
 
 
-@pytest.fixture
-async def api(node: Node) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(node.node) as client:
-        yield client
-    node.node.close()
+api = api_fixture("node")
 
 
 def assert_invalid(response: httpx.Response, field: str) -> None:

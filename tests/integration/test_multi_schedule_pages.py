@@ -3,7 +3,6 @@ backfill preview read the union of a job's schedules and mark calendar exclusion
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from raftcron.core import commands as c
 from raftcron.core.calendar import parse_calendar
 from raftcron.core.model import parse_job
-from tests.integration.inprocess import InProcessNode, api_client
+from tests.integration.inprocess import InProcessNode, api_fixture
 
 T = "2030-01-07T00:00:00Z"  # a Monday, later than any test's clock
 
@@ -35,10 +34,7 @@ def node(tmp_path: Path) -> InProcessNode:
     return n
 
 
-@pytest.fixture
-async def api(node: InProcessNode) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(node) as client:
-        yield client
+api = api_fixture("node", attr=None)
 
 
 async def test_the_job_page_lists_the_union_with_names_and_exclusions(

@@ -17,8 +17,8 @@ from raftcron.api import context
 from raftcron.core import commands as c
 from raftcron.core import identity, protocol
 from raftcron.core.model import parse_job
-from raftcron.state import db
 from raftcron.state.digest import digest
+from raftcron.testing import commit_protocol_level
 from tests.integration.inprocess import InProcessNode, api_client
 
 T0 = 1_767_225_600_000
@@ -32,8 +32,7 @@ class OldCluster:
     """One in-process node whose state has no committed level, with a queued run."""
 
     def __init__(self, root: Path) -> None:
-        self.node = InProcessNode(root)
-        self.node.writer.execute("DELETE FROM meta WHERE key = ?", (db.META_CLUSTER_LEVEL,))
+        self.node = InProcessNode(root, level=None)
         self.tokens = self.node.require_tokens(root)
         self.apply(c.BeginEpoch(1, "n1", T0))
         spec = parse_job({**JOB, "id": "invoices", "schedule": "* * * * *"}).to_spec()
@@ -191,3 +190,21 @@ async def test_the_wait_is_bounded_and_never_taken_for_a_member_not_heard_from(
         resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
                                 headers=cluster.auth("acme-bot"))
         assert resp.status_code == 409, resp.text
+
+
+
+async def test_a_write_takes_the_level_the_node_holds_not_a_read_of_the_state(
+        cluster: OldCluster) -> None:
+    """The API writes at the level the node holds in memory, not one read from SQLite: a
+    level in the state that the node has not noted yet (as right after a snapshot install,
+    before its refresh) is not used, the safe way round; once noted it is, at once."""
+    proposed = spy_on_proposals(cluster.node)
+    commit_protocol_level(cluster.node.writer, 2)  # in the state, not noted by the node
+    async with api_client(cluster.node) as client:
+        resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
+                                headers=cluster.auth("acme-bot"))
+        assert resp.status_code == 409 and not proposed, resp.text
+        cluster.node.levels.note_committed(2)
+        resp = await client.put("/v1/calendars/holidays", json=CALENDAR,
+                                headers=cluster.auth("acme-bot"))
+    assert resp.status_code == 201, resp.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from raftcron.core import commands as c
 from raftcron.core.protocol import BASE_LEVEL, PROTOCOL_LEVEL
 from raftcron.leader.clock import ClockGuard
 from raftcron.leader.cluster_level import ClusterLevelRaiser
+from raftcron.node import Node
 
 PEERS = ["http://p0", "http://p1"]
 
@@ -88,6 +90,15 @@ def test_the_writable_level_is_the_committed_one_never_above_what_the_node_speak
     assert lv.committed == 2, "it only rises"
     old = ClusterLevels(speaks=1, committed=2)
     assert old.writable() == 1
+
+
+def test_the_node_answers_the_writable_level_from_what_it_holds() -> None:
+    """What the API writes at (NodeView.writable_level) is the node's in-memory level,
+    which a noted raise moves at once; no state is read (the stand-in has none)."""
+    held = SimpleNamespace(levels=ClusterLevels(speaks=2))
+    assert Node.writable_level(held) == BASE_LEVEL  # type: ignore[arg-type]
+    held.levels.note_committed(2)
+    assert Node.writable_level(held) == 2  # type: ignore[arg-type]
 
 
 def test_the_clock_probe_hands_each_answer_and_each_failure_over() -> None:

@@ -20,7 +20,8 @@ The levels, read from `git log`:
   `cluster_unavailable` cause); the sixth field of a claim item (which schedules named
   the instant); the job fields `schedules`, `calendars`, `labels`, `concurrency_group`,
   `start_deadline_s`, `min_duration_s`, `max_duration_s` and `alert_after_failures`;
-  the `who` of the job commands, and the history of edits apply records from them.
+  the `who` of the job commands, and the history of edits apply records from them;
+  a run handed back before its instant stays due at its instant (apply).
 
 A tagged field is written only when it differs from its default (`Command.args`), so an
 entry that uses none of a level's features is byte for byte what the older build wrote.
@@ -70,6 +71,11 @@ FIELD_LEVELS: dict[tuple[type[c.Command], str], Requirement] = {
 # Apply records a job's history of edits (state.job_history) only from this level on: a
 # level-1 build has no such table, and its state must stay the same as the others'.
 JOB_HISTORY_LEVEL = 2
+# A run handed back before its instant (a Release, or an unacknowledged lease the sweeper
+# releases) stays due at its instant from this level on: only a run leased ahead
+# (Lease.ahead_ms, level 2) can be handed back before it. A level-1 build makes it due at
+# the release's time, and the states must agree until then.
+RELEASE_KEEPS_INSTANT_LEVEL = 2
 # An alert raised again (state.alerts.open_alert) takes the new raise's occurrence only
 # from this level on (run alerts re-raise `failures:<job>` for another occurrence); a
 # level-1 build keeps the first raise's, and the states must agree until then.

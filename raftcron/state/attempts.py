@@ -8,9 +8,11 @@ from typing import Any
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
+from raftcron.core.protocol import RELEASE_KEEPS_INSTANT_LEVEL
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
 from raftcron.state.cancellation import cancelled_by, end_cancelled
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.groups import GroupLimiter
@@ -383,18 +385,30 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     return ok(results=results)
 
 
+def _due_again(conn: sqlite3.Connection, att: tuple, now_ms: int) -> int:
+    """When a run handed back unrun (released, or never acknowledged) is due again: at once,
+    but never before its own instant. A run leased ahead can be handed back before it (its
+    worker's clock stepped, or the poll's answer was never read); due at the release's time,
+    the next poll would take it and start it at once, that much before its instant.
+    (Below RELEASE_KEEPS_INSTANT_LEVEL, the release's time, as a level-1 build has it.)"""
+    if committed_level(conn) < RELEASE_KEEPS_INSTANT_LEVEL:
+        return now_ms
+    return max(now_ms, att[A_NOT_BEFORE])
+
+
 def _release_unacknowledged(ctx: ApplyContext, att: tuple, now_ms: int) -> None:
     """Nobody confirmed receiving this lease: it is not assumed delivered (invariant 7).
-    The attempt is pending again at once, under the same number (it does not use up an
-    attempt); its token dies, so a late first holder is refused (stale token) and, as
-    the worker starts nothing before its acknowledgement is accepted, never runs it."""
+    The attempt is pending again at once (not before its instant), under the same number
+    (it does not use up an attempt); its token dies, so a late first holder is refused
+    (stale token) and, as the worker starts nothing before its acknowledgement is
+    accepted, never runs it."""
     ctx.conn.execute(
         "UPDATE attempts SET status = 'pending', worker_id = NULL, fencing_token = NULL, "
         "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "
         "runtime_deadline_ms = NULL, ack_deadline_ms = NULL, acked_ms = NULL, "
         "not_before_ms = ?, unacked_releases = unacked_releases + 1, release_reason = ? "
         "WHERE id = ?",
-        (now_ms, NOT_ACKNOWLEDGED, att[A_ID]),
+        (_due_again(ctx.conn, att, now_ms), NOT_ACKNOWLEDGED, att[A_ID]),
     )
     ctx.conn.execute("UPDATE occurrences SET status = 'pending' WHERE id = ?", (att[A_OCC],))
     ctx.set_meta(META_UNACKED_LEASES, ctx.meta(META_UNACKED_LEASES) + 1)
@@ -438,7 +452,8 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
 
 
 def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
-    """A worker hands a lease back unrun; the attempt is pending again and its token dies."""
+    """A worker hands a lease back unrun; the attempt is pending again (due at once, not
+    before its instant) and its token dies."""
     conn = ctx.conn
     results = []
     for attempt_id, token in cmd.attempts:
@@ -455,7 +470,7 @@ def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
             "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "
             "runtime_deadline_ms = NULL, ack_deadline_ms = NULL, acked_ms = NULL, "
             "not_before_ms = ? WHERE id = ?",
-            (cmd.now_ms, attempt_id),
+            (_due_again(conn, att, cmd.now_ms), attempt_id),
         )
         conn.execute("UPDATE occurrences SET status = 'pending' WHERE id = ?", (att[A_OCC],))
         results.append({"attempt_id": attempt_id, **ok()})

@@ -241,3 +241,88 @@ def test_a_herd_lease_applies_with_its_lead(led):
     led.fire("j", T1, now=T1 - 10_000)
     got = lease_ahead(led, [att("j", T1)], T1 - 5_500, ahead_ms=6_000)["leases"]
     assert [g["start_at_ms"] for g in got] == [T1]
+
+
+# --- a run handed back before its instant keeps it -------------------------------------------
+
+def test_a_run_released_before_its_instant_is_due_at_its_instant_again(led):
+    """A worker hands back a run it leased ahead (its clock stepped during the poll, it is
+    stopping, or its poll's node died and the leader released the answer nobody read): the
+    run is due at its instant still, not at the moment it was handed back: due at once,
+    the next poll would be handed it at once and start it up to lease_ahead_s early."""
+    led.create("j")
+    led.fire("j", T1, now=T1 - 5_000)
+    a = att("j", T1)
+    tok = lease_ahead(led, [a], T1 - 1_500)["leases"][0]["fencing_token"]
+    assert led.release(a, tok, T1 - 1_400)["ok"]
+    assert (led.attempt(a)["status"], led.attempt(a)["not_before_ms"]) == ("pending", T1)
+    # Not handed out before its instant to a worker that starts what it gets at once ...
+    assert led.lease([a], T1 - 1_300, worker="w2")["leases"] == []
+    # ... and leased ahead again, it names its own instant, not the release's.
+    again = lease_ahead(led, [a], T1 - 1_200, worker="w2")["leases"]
+    assert [lease["start_at_ms"] for lease in again] == [T1]
+
+
+def test_a_run_released_unacknowledged_before_its_instant_keeps_it(led):
+    """A herd is leased up to 6 s ahead and an unacknowledged lease is released 3 s after it
+    was handed out (ack_timeout_s), so before the instant."""
+    led.create("j", ack_timeout_s=3)
+    led.fire("j", T1, now=T1 - 10_000)
+    a = att("j", T1)
+    assert len(lease_ahead(led, [a], T1 - 6_000, ahead_ms=6_000)["leases"]) == 1
+    assert led.sweep([a], T1 - 2_900)["unacknowledged"] == [a]
+    assert (led.attempt(a)["status"], led.attempt(a)["not_before_ms"]) == ("pending", T1)
+    assert led.lease([a], T1 - 2_800, worker="w2")["leases"] == []
+
+
+def test_a_run_released_after_its_instant_is_due_from_the_release(led):
+    led.create("j")
+    led.fire("j", T1, now=T1 - 5_000)
+    a = att("j", T1)
+    tok = lease_ahead(led, [a], T1 - 1_500)["leases"][0]["fencing_token"]
+    assert led.release(a, tok, T1 + 700)["ok"]
+    assert led.attempt(a)["not_before_ms"] == T1 + 700
+
+
+def test_below_level_2_a_release_makes_the_run_due_at_the_release_as_before(tmp_path):
+    """A level-1 build sets the released run due at the release's time: until the cluster
+    is at level 2 every member must do the same (no run is leased ahead there; an at-instant
+    lease released by a stamp that lags the instant is the one case that differs)."""
+    n = Node(tmp_path / "old.db", level=None)
+    assert n.begin(1)["ok"]
+    n.create("j")
+    n.fire("j", T1, now=T1 - 5_000)
+    a = att("j", T1)
+    tok = n.lease([a], T1)["leases"][0]["fencing_token"]
+    assert n.release(a, tok, T1 - 40)["ok"]
+    assert n.attempt(a)["not_before_ms"] == T1 - 40
+    n.conn.close()
+
+
+class _Applying:
+    """A proposer that applies each Lease to `node` at once (the dispatcher reads the same
+    database)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def propose_leader(self, cmd: c.Lease) -> dict:
+        return self.node.apply(cmd)
+
+
+def test_the_dispatcher_hands_a_run_released_ahead_out_only_at_its_instant(led, tmp_path):
+    led.create("j")
+    led.fire("j", T1, now=T1 - 5_000)
+    a = att("j", T1)
+    tok = lease_ahead(led, [a], T1 - 1_500)["leases"][0]["fencing_token"]
+    assert led.release(a, tok, T1 - 1_400)["ok"]
+    d = Dispatcher(led.epoch, proposer=_Applying(led),  # type: ignore[arg-type]
+                   open_reader=lambda: open_reader(led.path), clock=lambda: T1 - 1_300,
+                   ahead_ms=2_000)
+    d.level = lambda: PROTOCOL_LEVEL
+    # A worker that starts what it gets at once is handed nothing 1.3 s before T ...
+    assert asyncio.run(d.lease("w2", ["default"], 10, 0)) == []
+    # ... and one that asks ahead is told to start at T.
+    got = asyncio.run(d.lease("w2", ["default"], 10, 0, ahead=True))
+    assert [(lease["attempt_id"], lease["start_at_ms"]) for lease in got] == [(a, T1)]
+    d.close()

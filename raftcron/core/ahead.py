@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Off by default: the ci chaos run of seed 101 at f00c211 recorded four effects 0.585-0.663 s
-# before their instant with it on (beyond the guard's bound of 0.5 s plus the sink's error),
-# not yet explained. A node turns it on with `lease_ahead_s` (2 is the value it was built
-# and measured with).
+# before their instant with it on (beyond the guard's bound of 0.5 s plus the sink's error).
+# The cause, since fixed (state.attempts._due_again): a run handed back before its instant
+# was due again at once, and the next poll started it then. A node turns it on with
+# `lease_ahead_s` (2 is the value it was built and measured with).
 DEFAULT_LEASE_AHEAD_S = 0.0
 # A herd (leader.dispatch.HERD_SIZE runs due at one instant) may go this far ahead: leasing
 # 33,000 runs takes about four seconds on two cores.

@@ -382,7 +382,8 @@ class Node:
     def writable_level(self) -> int:
         """The level this node may write (cluster.levels): the committed one as applied
         here, from memory. Set from the state at start, noted on every applied
-        SetClusterLevel, and refreshed after a snapshot install (it only lags, lower)."""
+        SetClusterLevel, and within 5 s of a snapshot install (the periodic refresh; until
+        then it lags, lower, the safe side)."""
         return self.levels.writable()
 
     def members_speak(self, level: int) -> bool:

@@ -11,6 +11,7 @@ yet) and one that announces no level (a build older than levels) count as
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -61,6 +62,7 @@ class ClusterLevels:
     def __init__(self, speaks: int, committed: int = BASE_LEVEL) -> None:
         self.speaks = speaks
         self.committed = committed
+        self._committed_lock = threading.Lock()
         self._announced: dict[str, tuple[int, float]] = {}  # url -> (level, monotonic)
 
     # --- what peers announce (ClockGuard's probe answers) ---------------------------------
@@ -88,8 +90,11 @@ class ClusterLevels:
     # --- what the cluster committed -------------------------------------------------------
 
     def note_committed(self, level: int) -> None:
-        """The cluster's level as this node applied it (it only rises)."""
-        self.committed = max(self.committed, level)
+        """The cluster's level as this node applied it (it only rises). Called from the
+        Raft thread (on apply) and the event loop (the periodic refresh): the lock keeps a
+        raise from being lost between the read and the write."""
+        with self._committed_lock:
+            self.committed = max(self.committed, level)
 
     def writable(self) -> int:
         """The level this node may write: the committed one, never above its own."""

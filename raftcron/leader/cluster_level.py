@@ -65,7 +65,10 @@ class ClusterLevelRaiser:
         result = await self.proposer.propose_leader(
             SetClusterLevel(epoch, self.clock(), target))
         if result.get("ok"):
-            self.levels.note_committed(int(result.get("level", target)))
+            # The level the apply recorded, never the one proposed: the node must not
+            # write at a level its state does not hold.
+            if "level" in result:
+                self.levels.note_committed(int(result["level"]))
             return bool(result.get("raised"))
         log.warning("cluster level %d refused: %s", target, result.get("message"))
         return False

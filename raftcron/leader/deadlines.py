@@ -223,7 +223,8 @@ UNCLAIMED_ROW = (None, None, None, None, None, 0, None)
 class Deadlines:
     def __init__(self, epoch: int, proposer: Proposer,
                  open_reader: Callable[[], sqlite3.Connection],
-                 clock: Callable[[], int] = now_ms, lookback_ms: int = LOOKBACK_MS) -> None:
+                 clock: Callable[[], int] = now_ms, lookback_ms: int = LOOKBACK_MS,
+                 calendars: CompiledCalendars | None = None) -> None:
         self.epoch = epoch
         self.proposer = proposer
         self.open_reader = open_reader
@@ -234,9 +235,9 @@ class Deadlines:
         # node. Below CAUSE_LEVEL an alert carries no deadline (no cause is judged).
         self.level: Callable[[], int] = lambda: BASE_LEVEL
         self.lookback_ms = lookback_ms
-        # Compiled calendars, recompiled only when one changed; the node's duties
-        # share the ticker's here.
-        self.calendar_cache = CompiledCalendars()
+        # Compiled calendars, recompiled only when one changed (the node's duties pass
+        # the ticker's, so each is compiled once per change).
+        self.calendar_cache = calendars or CompiledCalendars()
         # job id -> nominal instant (ms) through which overdue instants were judged, per
         # bound kind (`cursor` is the success deadline's, `cursors` every bound's).
         self.cursors: dict[str, dict[str, int]] = {b.kind: {} for b in BOUNDS}

@@ -62,9 +62,9 @@ class LeaderDuties:
         self.dispatcher = Dispatcher(epoch, proposer, open_reader,
                                      ahead_ms=settings.lease_ahead_ms,
                                      herd_ahead_ms=settings.lease_ahead_herd_ms)
-        self.deadlines = Deadlines(epoch, proposer, open_reader)
         # One set of compiled calendars for both: each is compiled once per change.
-        self.deadlines.calendar_cache = self.ticker.calendar_cache
+        self.deadlines = Deadlines(epoch, proposer, open_reader,
+                                   calendars=self.ticker.calendar_cache)
         self.run_bounds = RunBounds(epoch, proposer, open_reader)
         self.availability = ClockConfirmations(epoch, proposer)
         self.backlog = BacklogAlerts(epoch, proposer, open_reader, settings.backlog_alert_s)

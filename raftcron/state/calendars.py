@@ -26,10 +26,10 @@ class CompiledCalendars:
     """Every calendar, compiled, by name, as of the connection it is loaded from.
 
     Compiling is the costly part, so a calendar is compiled again only when its stored
-    spec text differs from the one it was compiled from; reading the specs is cheap and
-    done on every load, so the result is always that of the reader's own snapshot (never a
-    stale calendar beside fresh job rows). The ticker and the deadline check share one
-    instance from different threads, hence the lock."""
+    spec text differs from the one it was compiled from. Reading the specs is cheap and
+    done on every load, so the cache adds no staleness of its own: a load returns the
+    calendars as that load's read of `conn` saw them. The ticker and the deadline check
+    share one instance from different threads, hence the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -192,7 +192,6 @@ async def test_the_wait_is_bounded_and_never_taken_for_a_member_not_heard_from(
         assert resp.status_code == 409, resp.text
 
 
-
 async def test_a_write_takes_the_level_the_node_holds_not_a_read_of_the_state(
         cluster: OldCluster) -> None:
     """The API writes at the level the node holds in memory, not one read from SQLite: a

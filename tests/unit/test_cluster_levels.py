@@ -92,12 +92,20 @@ def test_the_writable_level_is_the_committed_one_never_above_what_the_node_speak
     assert old.writable() == 1
 
 
-def test_the_node_answers_the_writable_level_from_what_it_holds() -> None:
-    """What the API writes at (NodeView.writable_level) is the node's in-memory level,
-    which a noted raise moves at once; no state is read (the stand-in has none)."""
-    held = SimpleNamespace(levels=ClusterLevels(speaks=2))
+def test_an_applied_raise_moves_the_level_the_node_writes_at_and_a_refused_one_does_not() -> None:
+    """What the API writes at (NodeView.writable_level) is the node's in-memory level. It
+    moves when this node applies a SetClusterLevel (Node._on_applied, on the Raft thread
+    right after the entry's transaction), to the level the apply result names, and only
+    then: a refused raise, or one whose result names no level, leaves it where it was. No
+    state is read (the stand-in has none)."""
+    held = SimpleNamespace(levels=ClusterLevels(speaks=2), loop=None,
+                           digest_marks=SimpleNamespace(on_applied=lambda cmd, result: None))
     assert Node.writable_level(held) == BASE_LEVEL  # type: ignore[arg-type]
-    held.levels.note_committed(2)
+    raise_to_2 = c.SetClusterLevel(3, 1000, 2)
+    Node._on_applied(held, raise_to_2, {"ok": False, "message": "not leader"})  # type: ignore[arg-type]
+    Node._on_applied(held, raise_to_2, {"ok": True})  # type: ignore[arg-type]
+    assert Node.writable_level(held) == BASE_LEVEL  # type: ignore[arg-type]
+    Node._on_applied(held, raise_to_2, {"ok": True, "level": 2, "raised": True})  # type: ignore[arg-type]
     assert Node.writable_level(held) == 2  # type: ignore[arg-type]
 
 

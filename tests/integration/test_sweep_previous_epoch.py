@@ -5,11 +5,14 @@ ack timeout. From protocol level 2 on (RELEASE_PREVIOUS_EPOCH_LEVEL)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from raftcron.core import commands as c
-from raftcron.core.protocol import BASE_LEVEL, RELEASE_PREVIOUS_EPOCH_LEVEL
-from raftcron.state.db import META_UNACKED_LEASES, get_meta
+from raftcron.core.protocol import BASE_LEVEL, PROTOCOL_LEVEL, RELEASE_PREVIOUS_EPOCH_LEVEL
+from raftcron.leader.sweeper import Sweeper
+from raftcron.state.db import META_UNACKED_LEASES, get_meta, open_reader
 from tests.integration.test_machine import MIN, T0, Node, att, occ
 
 T = T0 + MIN
@@ -105,3 +108,73 @@ def test_a_run_leased_ahead_and_released_this_way_stays_due_at_its_instant(led):
     assert led.sweep([a], T - 4_000)["unacknowledged"] == [a]  # 1 s before its deadline
     assert (led.attempt(a)["status"], led.attempt(a)["not_before_ms"]) == ("pending", T)
     assert led.lease([a], T - 3_900, worker="w2")["leases"] == []
+
+
+class _Applying:
+    """A proposer that applies each Sweep to `node` at once (the sweeper reads the same
+    database), recording what it proposed."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.proposed: list[list[str]] = []
+
+    async def propose_leader(self, cmd: c.Sweep) -> dict:
+        self.proposed.append(list(cmd.attempt_ids))
+        return self.node.apply(cmd)
+
+
+def _sweeper(n: Node, epoch: int, now: int, level: int = PROTOCOL_LEVEL) -> Sweeper:
+    s = Sweeper(epoch, _Applying(n), lambda: open_reader(n.path),  # type: ignore[arg-type]
+                clock=lambda: now)
+    s.level = lambda: level
+    return s
+
+
+def _candidates(s: Sweeper, n: Node, now: int) -> list[str]:
+    reader = open_reader(n.path)
+    try:
+        return s._candidates(reader, now)[0]
+    finally:
+        reader.close()
+
+
+def test_the_sweeper_finds_an_earlier_epochs_unacknowledged_lease_at_once(led):
+    led.create("k", heartbeat_timeout_s=30)  # acknowledged: never a candidate early
+    a, _ = _leased_at_epoch_1(led)
+    led.fire("k", T)
+    k = att("k", T)
+    assert led.hb(k, ack_lease(led, k, T)["fencing_token"], T + 100)["ok"]
+    assert _candidates(_sweeper(led, 1, T + 700), led, T + 700) == []
+    assert _candidates(_sweeper(led, 2, T + 700), led, T + 700) == [a]
+    # ... but not while the cluster's level is below the one apply releases them at.
+    assert _candidates(_sweeper(led, 2, T + 700, level=BASE_LEVEL), led, T + 700) == []
+    assert led.begin(2, now=T + 600)["ok"]
+    s = _sweeper(led, 2, T + 700)
+    reader = open_reader(led.path)
+    try:
+        assert asyncio.run(s.sweep_once(reader)) == [a]
+    finally:
+        reader.close()
+    assert led.attempt(a)["status"] == "pending"
+
+
+def test_the_sweeper_does_not_propose_a_lease_the_apply_keeps_again(tmp_path):
+    """A node whose memory of the level is ahead of a state's (it cannot be, by
+    construction: it only lags) would otherwise propose the same ids every half second."""
+    n = Node(tmp_path / "old.db", level=BASE_LEVEL)
+    assert n.begin(1)["ok"]
+    a, _ = _leased_at_epoch_1(n)
+    assert n.begin(2, now=T + 600)["ok"]
+    s = _sweeper(n, 2, T + 700, level=PROTOCOL_LEVEL)
+    reader = open_reader(n.path)
+    try:
+        assert asyncio.run(s.sweep_once(reader)) == [a]
+        assert n.attempt(a)["status"] == "running"
+        assert asyncio.run(s.sweep_once(reader)) == []
+        assert s.proposer.proposed == [[a]]  # type: ignore[attr-defined]
+        s.clock = lambda: T + 3_001  # its deadline passed: proposed, and released
+        assert asyncio.run(s.sweep_once(reader)) == [a]
+        assert n.attempt(a)["status"] == "pending"
+    finally:
+        reader.close()
+    n.conn.close()

@@ -375,7 +375,8 @@ class Node:
                      self.duties.run_bounds, self.duties.availability):
             if duty is not None:
                 duty.gate = self.clock_guard.confirmed
-        for duty in (self.duties.dispatcher, self.duties.deadlines, self.duties.availability):
+        for duty in (self.duties.dispatcher, self.duties.deadlines, self.duties.availability,
+                     self.duties.sweeper):
             duty.level = self.levels.writable
         self.duties.start()
 

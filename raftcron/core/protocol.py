@@ -21,7 +21,8 @@ The levels, read from `git log`:
   the instant); the job fields `schedules`, `calendars`, `labels`, `concurrency_group`,
   `start_deadline_s`, `min_duration_s`, `max_duration_s` and `alert_after_failures`;
   the `who` of the job commands, and the history of edits apply records from them;
-  a run handed back before its instant stays due at its instant (apply).
+  a run handed back before its instant stays due at its instant (apply); a sweep
+  releases an unacknowledged lease of an earlier epoch at once (apply).
 
 A tagged field is written only when it differs from its default (`Command.args`), so an
 entry that uses none of a level's features is byte for byte what the older build wrote.
@@ -76,6 +77,12 @@ JOB_HISTORY_LEVEL = 2
 # (Lease.ahead_ms, level 2) can be handed back before it. A level-1 build makes it due at
 # the release's time, and the states must agree until then.
 RELEASE_KEEPS_INSTANT_LEVEL = 2
+# A sweep releases an unacknowledged lease granted in an earlier epoch at once, whatever
+# its acknowledgement deadline, from this level on (state.attempts.sweep): a new leader
+# need not wait out the ack timeout of what its dead predecessor leased but never
+# delivered. A level-1 build waits for the deadline, and the states must agree until then;
+# the sweeper proposes such leases only from this level on (leader.sweeper).
+RELEASE_PREVIOUS_EPOCH_LEVEL = 2
 # An alert raised again (state.alerts.open_alert) takes the new raise's occurrence only
 # from this level on (run alerts re-raise `failures:<job>` for another occurrence); a
 # level-1 build keeps the first raise's, and the states must agree until then.

@@ -8,7 +8,7 @@ from typing import Any
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
-from raftcron.core.protocol import RELEASE_KEEPS_INSTANT_LEVEL
+from raftcron.core.protocol import RELEASE_KEEPS_INSTANT_LEVEL, RELEASE_PREVIOUS_EPOCH_LEVEL
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
 from raftcron.state.cancellation import cancelled_by, end_cancelled
@@ -414,6 +414,27 @@ def _release_unacknowledged(ctx: ApplyContext, att: tuple, now_ms: int) -> None:
     ctx.set_meta(META_UNACKED_LEASES, ctx.meta(META_UNACKED_LEASES) + 1)
 
 
+def _unacknowledged_to_release(att: tuple, cmd: Sweep, previous_epochs: bool) -> bool:
+    """Whether the sweep releases this running lease for want of an acknowledgement: its
+    acknowledgement deadline passed, or (`previous_epochs`, from
+    RELEASE_PREVIOUS_EPOCH_LEVEL on) an earlier epoch than the sweep's granted it.
+
+    Why the second is safe whatever its deadline: the leader that granted it is gone or
+    deposed, and most likely never delivered it (a leader killed between committing a
+    lease and answering the poll). A worker that did receive it and is about to
+    acknowledge it is refused (stale token), because this release is committed first, and
+    a worker starts nothing before its acknowledgement is accepted: the run is simply
+    leased again. An acknowledged lease (no deadline) is running on a worker and is left
+    to its heartbeat timeout. Decided from the row and the command only (deterministic)."""
+    deadline = att[A_ACK_DEADLINE]
+    if deadline is None:
+        return False
+    if deadline < cmd.now_ms:
+        return True
+    return (previous_epochs and att[A_TOKEN] is not None
+            and identity.token_epoch(att[A_TOKEN]) < cmd.epoch)
+
+
 def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
     """Re-check each candidate at apply time: a heartbeat ordered before the sweep wins."""
     conn = ctx.conn
@@ -421,11 +442,12 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
     lost: list[str] = []
     timed_out: list[str] = []
     unacknowledged: list[str] = []
+    previous_epochs = committed_level(conn) >= RELEASE_PREVIOUS_EPOCH_LEVEL
     for attempt_id in cmd.attempt_ids:
         att = _load(conn, attempt_id)
         if att is None or att[A_STATUS] != "running":
             continue
-        if att[A_ACK_DEADLINE] is not None and att[A_ACK_DEADLINE] < cmd.now_ms:
+        if _unacknowledged_to_release(att, cmd, previous_epochs):
             _release_unacknowledged(ctx, att, cmd.now_ms)
             unacknowledged.append(attempt_id)
             continue

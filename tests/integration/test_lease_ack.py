@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from raftcron.core import commands as c
-from raftcron.leader.sweeper import CANDIDATES_SQL
+from raftcron.leader.sweeper import CANDIDATES_SQL, candidate_params
 from raftcron.state.db import META_UNACKED_LEASES, get_meta, open_reader, open_writer
 from tests.integration.test_machine import MIN, T0, Node, att, occ, spec
 
@@ -145,7 +145,7 @@ def test_sweeper_candidates_include_unacknowledged_leases_past_their_deadline(le
     reader = open_reader(led.path)
     try:
         def candidates(now):
-            return [r[0] for r in reader.execute(CANDIDATES_SQL, (now, now, now))]
+            return [r[0] for r in reader.execute(CANDIDATES_SQL, candidate_params(now))]
         assert candidates(T + 3_000) == []
         assert candidates(T + 3_001) == [ja]
     finally:
@@ -225,7 +225,7 @@ def test_a_database_from_before_gets_the_columns_and_its_leases_count_as_deliver
             "SELECT ack_deadline_ms, acked_ms, unacked_releases, release_reason FROM attempts"
         ).fetchone()
         assert row == (None, None, 0, None)
-        assert upgraded.execute(CANDIDATES_SQL, (T + 10_000,) * 3).fetchall() == []
+        assert upgraded.execute(CANDIDATES_SQL, candidate_params(T + 10_000)).fetchall() == []
         open_writer(str(path)).close()  # opening again changes nothing
     finally:
         upgraded.close()

@@ -20,7 +20,8 @@ OCC_PK = "sqlite_autoindex_occurrences_1"  # the primary key: occurrence ids
 # name: (sql, parameters, what the plan must use, tables it may scan whole). Only the
 # alerts table (open alerts, a handful) may be scanned.
 PERIODIC = {
-    "sweeper candidates": (sweeper.CANDIDATES_SQL, (0, 0, 0), ["att_running"], set()),
+    "sweeper candidates": (sweeper.CANDIDATES_SQL, sweeper.candidate_params(0, 1),
+                           ["att_running"], set()),
     "deadline jobs": (deadlines.JOBS_SQL, (), ["jobs_deadline"], set()),
     "deadline rows": (deadlines.ROWS_SQL, ("j@0", "j@:", 0, 1, 10), [OCC_PK], set()),
     "open deadline alerts": (deadlines.OPEN_SQL, (), [OCC_PK], {"a"}),

@@ -73,8 +73,9 @@ FIELD_LEVELS: dict[tuple[type[c.Command], str], Requirement] = {
 # level-1 build has no such table, and its state must stay the same as the others'.
 JOB_HISTORY_LEVEL = 2
 # A run handed back before its instant (a Release, or an unacknowledged lease the sweeper
-# releases) stays due at its instant from this level on: only a run leased ahead
-# (Lease.ahead_ms, level 2) can be handed back before it. A level-1 build makes it due at
+# releases) stays due at its instant from this level on. Mostly a run leased ahead
+# (Lease.ahead_ms, level 2) is handed back before it; an at-instant lease can be too, by a
+# release stamped with a clock that lags the instant's. A level-1 build makes it due at
 # the release's time, and the states must agree until then.
 RELEASE_KEEPS_INSTANT_LEVEL = 2
 # A sweep releases an unacknowledged lease granted in an earlier epoch at once, whatever

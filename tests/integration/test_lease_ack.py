@@ -3,8 +3,6 @@ by the sweeper, uncounted, and leased again under a new token (issue 18, section
 
 import sqlite3
 
-import pytest
-
 from raftcron.core import commands as c
 from raftcron.leader.sweeper import CANDIDATES_SQL, candidate_params
 from raftcron.state.db import META_UNACKED_LEASES, get_meta, open_reader, open_writer
@@ -13,19 +11,13 @@ from tests.integration.test_machine import MIN, T0, Node, att, occ, spec
 T = T0 + MIN
 
 
-def ack_lease(n: Node, attempt_id: str, now: int, worker: str = "w1", epoch=None) -> dict:
+def ack_lease(n: Node, attempt_id: str, now: int, worker: str = "w1", epoch=None,
+              ahead_ms: int = 0) -> dict:
     r = n.apply(c.Lease(epoch=n.epoch if epoch is None else epoch, now_ms=now,
-                        worker_id=worker, attempt_ids=[attempt_id], acknowledge=True))
+                        worker_id=worker, attempt_ids=[attempt_id], acknowledge=True,
+                        ahead_ms=ahead_ms))
     assert r["ok"] and len(r["leases"]) == 1, r
     return r["leases"][0]
-
-
-@pytest.fixture
-def led(tmp_path):
-    n = Node(tmp_path / "state.db")
-    assert n.begin(1)["ok"]
-    yield n
-    n.conn.close()
 
 
 def test_lease_with_acknowledge_sets_a_deadline_from_the_job(led):

@@ -8,8 +8,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
-
 from raftcron.core import commands as c
 from raftcron.core.protocol import PROTOCOL_LEVEL
 from raftcron.leader.dispatch import Dispatcher
@@ -18,14 +16,6 @@ from tests.integration.test_dispatch_herd import T, _CommitAtOnce, cluster_state
 from tests.integration.test_machine import MIN, T0, Node, att, occ
 
 T1 = T0 + MIN
-
-
-@pytest.fixture
-def led(tmp_path):
-    n = Node(tmp_path / "state.db")
-    assert n.begin(1)["ok"]
-    yield n
-    n.conn.close()
 
 
 def lease_ahead(n: Node, ids: list[str], now: int, ahead_ms: int = 2_000,

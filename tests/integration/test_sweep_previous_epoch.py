@@ -13,24 +13,10 @@ from raftcron.core import commands as c
 from raftcron.core.protocol import BASE_LEVEL, PROTOCOL_LEVEL, RELEASE_PREVIOUS_EPOCH_LEVEL
 from raftcron.leader.sweeper import Sweeper
 from raftcron.state.db import META_UNACKED_LEASES, get_meta, open_reader
+from tests.integration.test_lease_ack import ack_lease
 from tests.integration.test_machine import MIN, T0, Node, att, occ
 
 T = T0 + MIN
-
-
-def ack_lease(n: Node, attempt_id: str, now: int, worker: str = "w1",
-              ahead_ms: int = 0) -> dict:
-    r = n.apply(c.Lease(n.epoch, now, worker, [attempt_id], True, ahead_ms))
-    assert r["ok"] and len(r["leases"]) == 1, r
-    return r["leases"][0]
-
-
-@pytest.fixture
-def led(tmp_path):
-    n = Node(tmp_path / "state.db")
-    assert n.begin(1)["ok"]
-    yield n
-    n.conn.close()
 
 
 def _leased_at_epoch_1(n: Node) -> tuple[str, int]:

@@ -308,7 +308,9 @@ PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": 
                                           "fencing_token": FENCING_TOKEN}}}}}
 HEARTBEATS = {**PAIRS, "properties": {**PAIRS["properties"], "before_start": {
     "type": "boolean", "description": "the check just before the instant of runs leased "
-    "ahead and not started: a run whose job was paused since is skipped, not started"}}}
+    "ahead and not started: a run whose job was paused since is skipped, not started. "
+    "Answered from a read after a barrier; only a skip or a lease never acknowledged is "
+    "committed"}}}
 OUTCOME_FIELDS = {
     "fencing_token": FENCING_TOKEN,
     "outcome": {"enum": ["succeeded", "failed"]},

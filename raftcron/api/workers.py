@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from raftcron.api.auth import principal_of
+from raftcron.api.before_start import check_before_start
 from raftcron.api.context import ApiContext, now_ms
 from raftcron.api.errors import HTTPError, json_body, rejection_error
 from raftcron.api.jobs import ctx_of
@@ -274,8 +275,10 @@ async def heartbeats(request: Request) -> JSONResponse:
         raise ValidationError("before_start", "must be true or false")
     queues = await _guard_attempts(request, ctx, [p[0] for p in pairs],
                                    [f"attempts.{i}.attempt_id" for i in range(len(pairs))])
-    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id, pairs, queues,
-                                               before_start))
+    if before_start:
+        return JSONResponse({"results": await check_before_start(ctx, worker_id, pairs,
+                                                                 queues)})
+    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id, pairs, queues))
     return JSONResponse({"results": result["results"]})
 
 

@@ -207,23 +207,14 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
     results = []
     for attempt_id, token in cmd.attempts:
         att = _load(conn, attempt_id)
-        bad = _check_holder(att, token, cmd.worker_id, cmd.queues)
-        if bad is not None:
-            results.append({"attempt_id": attempt_id, **bad})
+        verdict = heartbeat_verdict(att, token, cmd.worker_id, cmd.queues)
+        if verdict is not None:
+            results.append({"attempt_id": attempt_id, **verdict})
             continue
         assert att is not None
-        if att[A_STATUS] == "timed_out":
-            results.append({"attempt_id": attempt_id, **ok(cancel=True)})
-            continue
-        if att[A_STATUS] != "running":
-            results.append({"attempt_id": attempt_id, **rejected(
-                errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")})
-            continue
         if cmd.before_start and not att[A_CANCEL] and _job_paused(conn, att[A_JOB]):
             _skip_paused(ctx, att, cmd.now_ms)
-            results.append({"attempt_id": attempt_id, **rejected(
-                errors.LEASE_EXPIRED, "the job was paused before this run started: the "
-                "run is skipped (paused)")})
+            results.append({"attempt_id": attempt_id, **PAUSED_BEFORE_START})
             continue
         window = att[A_EXPIRES] - att[A_HB]
         conn.execute(
@@ -234,6 +225,50 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
         )
         results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
     return ok(results=results)
+
+
+PAUSED_BEFORE_START = rejected(
+    errors.LEASE_EXPIRED, "the job was paused before this run started: the run is skipped "
+    "(paused)")
+
+
+def heartbeat_verdict(att: tuple | None, token: Any, worker_id: str,
+                      queues: list[str] | None) -> dict[str, Any] | None:
+    """A heartbeat's answer for one attempt when it changes nothing: not the holder, the lease
+    ended, or timed out (cancel). None: the lease is live and this worker holds it.
+
+    Shared by the apply and by the API's read-only check before a start
+    (`before_start_answer`), so the two cannot disagree."""
+    bad = _check_holder(att, token, worker_id, queues)
+    if bad is not None:
+        return bad
+    assert att is not None
+    if att[A_STATUS] == "timed_out":
+        return ok(cancel=True)
+    if att[A_STATUS] != "running":
+        return rejected(errors.LEASE_EXPIRED, f"the lease ended: attempt is {att[A_STATUS]}")
+    return None
+
+
+def before_start_answer(att: tuple | None, job_paused: bool, token: Any, worker_id: str,
+                        queues: list[str] | None) -> dict[str, Any] | None:
+    """The check just before a run leased ahead starts, answered from a read of the state
+    (after a barrier, so it sees every write acknowledged before the check), without a
+    commit. None: only a committed `Heartbeat(before_start=True)` may answer: the run's job
+    was paused since it was leased (the commit skips the run), or the lease was never
+    acknowledged (the commit acknowledges it; a read would leave it to be released by the
+    sweeper while the worker starts it).
+
+    Otherwise the answer is the one the committed heartbeat would give. The lease is not
+    extended: the worker's heartbeat loop keeps waiting leases alive, and the lease was
+    acknowledged on receipt, so there is nothing else for a commit to record."""
+    verdict = heartbeat_verdict(att, token, worker_id, queues)
+    if verdict is not None:
+        return verdict
+    assert att is not None
+    if att[A_ACK_DEADLINE] is not None or (not att[A_CANCEL] and job_paused):
+        return None
+    return ok(cancel=bool(att[A_CANCEL]))
 
 
 def _job_paused(conn: sqlite3.Connection, job_id: str) -> bool:

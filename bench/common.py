@@ -47,6 +47,9 @@ class Received:
     completed: int = 0
     ahead: int = 0
     """Leases received before their run's instant (dispatch ahead)."""
+    checks: list[tuple[float, float, int]] = field(default_factory=list)
+    """Each check before a start (dispatch ahead): (sent, answered) wall times and the
+    number of runs it covered."""
 
     def lags_since(self, start: float, end: float = float("inf")) -> list[float]:
         return [got - sched for got, sched, _ in self.leases if start <= sched < end]
@@ -99,10 +102,12 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 body = {"worker_id": name, "before_start": True, "attempts": [
                     {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
                     for x in later]}
+                sent = time.time()
                 while not stop():
                     try:
                         r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
                         if r.status_code == 200:
+                            seen.checks.append((sent, time.time(), len(later)))
                             refused = {x["attempt_id"] for x in r.json()["results"]
                                        if not x.get("ok") or x.get("cancel")}
                             leases = [x for x in leases if x["attempt_id"] not in refused]

@@ -15,6 +15,8 @@ expecting a herd runs enough worker slots for it.
               monotonic clock says the lease's start_at_ms came (after the check before
               the start), as the worker starts it; mode `at-instant`: as before
               dispatch ahead, receipt − T
+  checks      mode `ahead`: when the last check before a start was answered, − T (a run
+              starts at its instant or at its check's answer, whichever is later)
   commit lag  the occurrence's claim stamp (`created_at`, the leader's clock when it
               proposed the claim) − T; negative: claimed ahead of the instant. Every one is
               committed before its lease, which is granted only after the commit.
@@ -72,6 +74,10 @@ class HerdResult:
     create_s: float = float("nan")
     mode: str = ""
     leased_ahead: int = 0
+    # Mode `ahead`: when the checks before the start were answered, the last one − T, and
+    # how long the slowest took (each run starts only after its check's answer).
+    checks_done_ms: float = float("nan")
+    check_max_ms: float = float("nan")
 
 
 def cron_at(t: float) -> str:
@@ -82,9 +88,10 @@ def cron_at(t: float) -> str:
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True) -> HerdResult:
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
-        if ahead:  # the nodes lease ahead only where the config says so (lease_ahead_s)
-            for path in c.configs:
-                path.write_text(f"lease_ahead_s = {AHEAD_S}\n" + path.read_text())
+        # Each mode says what it measures, whatever the nodes' default: leases ahead of the
+        # instant, or none.
+        for path in c.configs:
+            path.write_text(f"lease_ahead_s = {AHEAD_S if ahead else 0}\n" + path.read_text())
         c.start()
         try:
             leader = c.wait_leader(timeout=60)
@@ -124,11 +131,15 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True)
             lags = [got - instant - offsets[occ_id.split("@", 1)[0]]
                     for got, _, occ_id in seen.leases]
             commit = [iso_to_s(o["created_at"]) - instant for o in occs]
+            checks_done = max((answered for _, answered, _ in seen.checks), default=math.nan)
+            check_max = max((answered - sent for sent, answered, _ in seen.checks),
+                            default=math.nan)
             return HerdResult("raftcron", n, jitter_s, len(seen.leases),
                               pct(lags, 0.5) * 1000, pct(lags, 0.99) * 1000,
                               max(lags, default=float("nan")) * 1000,
                               pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
-                              create_s, "ahead" if ahead else "at-instant", seen.ahead)
+                              create_s, "ahead" if ahead else "at-instant", seen.ahead,
+                              (checks_done - instant) * 1000, check_max * 1000)
         finally:
             c.close()
 
@@ -170,7 +181,7 @@ def _median(results: list[HerdResult]) -> HerdResult:
     return HerdResult(first.system, first.n, first.jitter_s, int(med("received")),
                       med("p50_ms"), med("p99_ms"), med("max_ms"), med("commit_p50_ms"),
                       med("commit_max_ms"), med("create_s"), first.mode,
-                      int(med("leased_ahead")))
+                      int(med("leased_ahead")), med("checks_done_ms"), med("check_max_ms"))
 
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
@@ -188,7 +199,10 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
                           f"({r.received}/{n} leased, {r.leased_ahead} before T, created in "
-                          f"{r.create_s:.1f}s)", flush=True)
+                          f"{r.create_s:.1f}s)" + (
+                              f"  checks before the start: last answered T{r.checks_done_ms:+.0f}"
+                              f" ms, slowest {r.check_max_ms:.0f} ms" if mode == "ahead" else ""),
+                          flush=True)
                     runs.setdefault(("raftcron", n, jitter, mode), []).append(r)
             a = asyncio.run(apscheduler_herd(n))
             print(f"apscheduler N={n:>6}                        start lag p50 {a.p50_ms:8.0f} "
@@ -199,8 +213,9 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
 
 def table(results: list[HerdResult]) -> str:
     lines = ["| N | system | mode | jitter | received (before T) | lag p50 ms | lag p99 ms | "
-             "lag max ms | claim stamp − T p50 / max ms | p99 ratio raftcron/APScheduler |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "lag max ms | claim stamp − T p50 / max ms | last check before start answered "
+             "− T ms | p99 ratio raftcron/APScheduler |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     aps = {r.n: r for r in results if r.system == "apscheduler"}
     for r in results:
         ratio = (f"{r.p99_ms / aps[r.n].p99_ms:.2f}"
@@ -208,8 +223,10 @@ def table(results: list[HerdResult]) -> str:
         commit = (f"{r.commit_p50_ms:.0f} / {r.commit_max_ms:.0f}"
                   if r.system == "raftcron" else "")
         received = f"{r.received:,}" + (f" ({r.leased_ahead:,})" if r.mode == "ahead" else "")
+        checks = f"{r.checks_done_ms:+.0f}" if r.mode == "ahead" else ""
         lines.append(f"| {r.n:,} | {r.system} | {r.mode} | {r.jitter_s}s | {received} | "
-                     f"{r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.max_ms:.0f} | {commit} | {ratio} |")
+                     f"{r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.max_ms:.0f} | {commit} | {checks} | "
+                     f"{ratio} |")
     return "\n".join(lines)
 
 

@@ -9,7 +9,8 @@ update per run on every node, were what the starts waited for.
 The check only needs to see every write acknowledged before it, so it is a barrier (one
 empty commit) followed by a read of this node's state. Only the runs that need a write go
 through the committed `Heartbeat(before_start=True)`: a run whose job was paused (the commit
-records the skip) and a lease never acknowledged (the commit acknowledges it). The answers
+records the skip), a lease still awaiting its acknowledgement (the commit acknowledges it),
+and one about to expire (the commit extends it). The answers
 are the ones the committed heartbeat gives (`state.attempts.before_start_answer` shares the
 apply's own verdict), so a worker cannot tell which path answered.
 """
@@ -32,25 +33,24 @@ async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[A
     # The same level rule as the committed check, even when nothing is committed.
     await ctx.require_level(c.Heartbeat(0, worker_id, pairs, queues, True))
     await ctx.barrier()
+    now_ms = ctx.stamp_ms()
     attempts = await _attempts(ctx, [p[0] for p in pairs])
     paused = await _paused_jobs(ctx, {att[A_JOB] for att in attempts.values()})
     answers: dict[int, dict[str, Any]] = {}
-    to_commit: list[list[Any]] = []
+    to_commit: list[int] = []
     for i, (attempt_id, token) in enumerate(pairs):
         att = attempts.get(attempt_id)
         answer = before_start_answer(att, att is not None and att[A_JOB] in paused, token,
-                                     worker_id, queues)
+                                     worker_id, queues, now_ms)
         if answer is None:
-            to_commit.append([attempt_id, token])
+            to_commit.append(i)
         else:
             answers[i] = {"attempt_id": attempt_id, **answer}
     if to_commit:
-        committed = await ctx.propose_raw(
-            c.Heartbeat(ctx.stamp_ms(), worker_id, to_commit, queues, True))
-        by_id = {r["attempt_id"]: r for r in committed["results"]}
-        for i, (attempt_id, _token) in enumerate(pairs):
-            if i not in answers:
-                answers[i] = by_id[attempt_id]
+        committed = await ctx.propose_raw(c.Heartbeat(
+            ctx.stamp_ms(), worker_id, [pairs[i] for i in to_commit], queues, True))
+        # The apply answers its pairs in order, one result each.
+        answers.update(zip(to_commit, committed["results"], strict=True))
     return [answers[i] for i in range(len(pairs))]
 
 

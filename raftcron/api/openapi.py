@@ -309,8 +309,8 @@ PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": 
 HEARTBEATS = {**PAIRS, "properties": {**PAIRS["properties"], "before_start": {
     "type": "boolean", "description": "the check just before the instant of runs leased "
     "ahead and not started: a run whose job was paused since is skipped, not started. "
-    "Answered from a read after a barrier; only a skip or a lease never acknowledged is "
-    "committed"}}}
+    "Answered from a read after a barrier; only a skip, a lease awaiting its "
+    "acknowledgement or one about to expire is committed"}}}
 OUTCOME_FIELDS = {
     "fencing_token": FENCING_TOKEN,
     "outcome": {"enum": ["succeeded", "failed"]},

@@ -250,14 +250,21 @@ def heartbeat_verdict(att: tuple | None, token: Any, worker_id: str,
     return None
 
 
+# The read answers a check only for a lease that outlives it by this much; one closer to its
+# expiry (or past it, not yet swept) is extended by a committed heartbeat, as before.
+BEFORE_START_READ_MARGIN_MS = 5_000
+
+
 def before_start_answer(att: tuple | None, job_paused: bool, token: Any, worker_id: str,
-                        queues: list[str] | None) -> dict[str, Any] | None:
+                        queues: list[str] | None, now_ms: int) -> dict[str, Any] | None:
     """The check just before a run leased ahead starts, answered from a read of the state
     (after a barrier, so it sees every write acknowledged before the check), without a
     commit. None: only a committed `Heartbeat(before_start=True)` may answer: the run's job
-    was paused since it was leased (the commit skips the run), or the lease was never
-    acknowledged (the commit acknowledges it; a read would leave it to be released by the
-    sweeper while the worker starts it).
+    was paused since it was leased (the commit skips the run), the lease still awaits its
+    acknowledgement (the commit acknowledges it; a read would leave it to be released by the
+    sweeper while the worker starts it), or it expires within
+    `BEFORE_START_READ_MARGIN_MS` of `now_ms` (the commit extends it). A lease granted
+    without the acknowledgement promise has no deadline and counts as delivered already.
 
     Otherwise the answer is the one the committed heartbeat would give. The lease is not
     extended: the worker's heartbeat loop keeps waiting leases alive, and the lease was
@@ -266,7 +273,8 @@ def before_start_answer(att: tuple | None, job_paused: bool, token: Any, worker_
     if verdict is not None:
         return verdict
     assert att is not None
-    if att[A_ACK_DEADLINE] is not None or (not att[A_CANCEL] and job_paused):
+    if (att[A_ACK_DEADLINE] is not None or att[A_EXPIRES] - now_ms < BEFORE_START_READ_MARGIN_MS
+            or (not att[A_CANCEL] and job_paused)):
         return None
     return ok(cancel=bool(att[A_CANCEL]))
 

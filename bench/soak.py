@@ -42,6 +42,7 @@ from bench.common import (  # noqa: E402
     pct,
     proc_sample,
 )
+from chaos.digest_mark import compare_at_mark  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "soak"
@@ -234,13 +235,14 @@ async def run(args: argparse.Namespace) -> str:
                 *(noop_poller(urls, f"soak-w{i}", QUEUE, lambda: time.time() >= stop_at,
                               seen, worker) for i in range(args.pollers)),
             )
-            # The nodes are compared once nothing fires any more (while jobs fire, the
-            # nodes are seldom caught at one applied index): every job is deleted first.
+            # Every job is deleted first, then the nodes are compared at one digest mark
+            # (a barrier entry each node digests at its exact index, chaos.digest_mark):
+            # the leader commits a clock confirmation every second, and with a state this
+            # large the nodes are never caught at one applied index by /v1/digest.
             try:
                 await delete_jobs(c.urls[c.wait_leader(timeout=30)], c.auth_headers(),
                                   [body["id"] for body in bodies])
-                c.wait_converged(timeout=120)
-                converged = "yes"
+                converged = compared_at_mark(c)
             except Exception as e:  # the samples are written all the same
                 converged = f"NO ({e})"
             epochs = max((c.cluster_view(n) or {}).get("epoch") or 0 for n in c.ids) - epoch_start
@@ -253,6 +255,19 @@ async def run(args: argparse.Namespace) -> str:
             return text
         finally:
             c.close()
+
+
+def compared_at_mark(c: LocalCluster) -> str:
+    """"yes (index I)" when every node's digest at one fresh digest mark is the same."""
+    out = compare_at_mark(c.http, c.urls[c.wait_leader(timeout=30)], c.urls, timeout_s=120)
+    if "error" in out:
+        return f"NO ({out['error']})"
+    digests = out["digests"]
+    if any("error" in d for d in digests.values()):
+        return f"NO ({digests})"
+    if len({d["digest"] for d in digests.values()}) != 1:
+        return f"NO (digests differ at index {out['index']}: {digests})"
+    return f"yes (all {len(digests)} at index {out['index']})"
 
 
 def main() -> None:

@@ -21,10 +21,11 @@ from typing import Any
 
 from raftcron.api.context import ApiContext
 from raftcron.core import commands as c
-from raftcron.state.attempts import A_JOB, ATT_COLS, before_start_answer
+from raftcron.state.attempts import ATT_COLS, before_start_answer
 
-# SQLite's default limit on bound parameters is far above this; it keeps each read short.
-READ_CHUNK = 500
+# One read per batch of the API's largest (workers.MAX_BATCH); SQLite's default limit on
+# bound parameters is far above it.
+READ_CHUNK = 1000
 
 
 async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[Any]],
@@ -35,13 +36,11 @@ async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[A
     await ctx.barrier()
     now_ms = ctx.stamp_ms()
     attempts = await _attempts(ctx, [p[0] for p in pairs])
-    paused = await _paused_jobs(ctx, {att[A_JOB] for att in attempts.values()})
     answers: dict[int, dict[str, Any]] = {}
     to_commit: list[int] = []
     for i, (attempt_id, token) in enumerate(pairs):
-        att = attempts.get(attempt_id)
-        answer = before_start_answer(att, att is not None and att[A_JOB] in paused, token,
-                                     worker_id, queues, now_ms)
+        att, paused = attempts.get(attempt_id, (None, False))
+        answer = before_start_answer(att, paused, token, worker_id, queues, now_ms)
         if answer is None:
             to_commit.append(i)
         else:
@@ -54,25 +53,18 @@ async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[A
     return [answers[i] for i in range(len(pairs))]
 
 
-async def _attempts(ctx: ApiContext, ids: list[str]) -> dict[str, tuple]:
+# Each attempt's columns (state.attempts.ATT_COLS) and whether its job is paused, in one read.
+_ROW_SQL = ("SELECT " + ", ".join(f"a.{col.strip()}" for col in ATT_COLS.split(","))
+            + ", coalesce(j.paused, 0) FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id "
+            "WHERE a.id IN ({marks})")
+
+
+async def _attempts(ctx: ApiContext, ids: list[str]) -> dict[str, tuple[tuple, bool]]:
+    """attempt id -> (its ATT_COLS row, whether its job is paused)."""
     unique = list(dict.fromkeys(ids))
-    found: dict[str, tuple] = {}
+    found: dict[str, tuple[tuple, bool]] = {}
     for i in range(0, len(unique), READ_CHUNK):
         chunk = unique[i:i + READ_CHUNK]
-        rows = await ctx.fetchall(
-            f"SELECT {ATT_COLS} FROM attempts WHERE id IN ({','.join('?' * len(chunk))})",
-            chunk)
-        found.update({row[0]: row for row in rows})
+        for row in await ctx.fetchall(_ROW_SQL.format(marks=",".join("?" * len(chunk))), chunk):
+            found[row[0]] = (row[:-1], bool(row[-1]))
     return found
-
-
-async def _paused_jobs(ctx: ApiContext, job_ids: set[str]) -> set[str]:
-    ids = sorted(job_ids)
-    paused: set[str] = set()
-    for i in range(0, len(ids), READ_CHUNK):
-        chunk = ids[i:i + READ_CHUNK]
-        rows = await ctx.fetchall(
-            f"SELECT id FROM jobs WHERE paused != 0 AND id IN ({','.join('?' * len(chunk))})",
-            chunk)
-        paused.update(row[0] for row in rows)
-    return paused

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from raftcron.worker.runner import BEFORE_START_CHECK_S, EWMA_WEIGHT, MAX_CHECK_EXTRA_S
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BATCH_CREATE = 1000  # jobs per POST /v1/jobs:batchCreate
 
@@ -69,19 +71,26 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
     With `ahead`, it leases as `raftcron worker` does with a clock that agrees with the
     cluster's: runs may come before their instant; each is started (recorded) when the
     monotonic clock says its `start_at_ms` came, counted from the answer's `server_now_ms`,
-    after the check just before the start (a `before_start` heartbeat), as the worker does."""
+    after the check just before the start (a `before_start` heartbeat, sent as early as the
+    worker sends it: `Worker.check_lead_s`), as the worker does."""
     async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
         i = 0
         pending: set[asyncio.Task[None]] = set()
+
+        round_trip: list[float] = []  # the lease round trip measured, as the worker's
 
         async def ack(leases: list[dict[str, Any]], j: int) -> list[dict[str, Any]]:
             body = {"worker_id": name, "attempts": [
                 {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"]}
                 for lease in leases]}
+            began = time.monotonic()
             while not stop():
                 try:
                     r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
                     if r.status_code == 200:
+                        sample = 2 * (time.monotonic() - began)
+                        round_trip[:] = [sample if not round_trip else
+                                         (1 - EWMA_WEIGHT) * round_trip[0] + EWMA_WEIGHT * sample]
                         accepted = {x["attempt_id"] for x in r.json()["results"] if x.get("ok")}
                         return [lease for lease in leases if lease["attempt_id"] in accepted]
                 except httpx.HTTPError:
@@ -98,7 +107,9 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             leases = sorted(leases, key=start_of)
             later = [lease for lease in leases if start_of(lease) > time.monotonic()]
             if later:
-                await asyncio.sleep(max(0.0, start_of(later[0]) - 0.3 - time.monotonic()))
+                lead = BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S,
+                                                  round_trip[0] if round_trip else 0.0)
+                await asyncio.sleep(max(0.0, start_of(later[0]) - lead - time.monotonic()))
                 body = {"worker_id": name, "before_start": True, "attempts": [
                     {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
                     for x in later]}

@@ -69,6 +69,10 @@ EWMA_WEIGHT = 0.2  # of the newest sample in the run-time and round-trip average
 # job, a cancel); runs whose instants lie within START_GROUP_S share one check.
 BEFORE_START_CHECK_S = 0.3
 START_GROUP_S = 0.05
+# ... plus the lease round trip this worker measured, at most this much more: a cluster
+# that answers slowly (a herd: tens of thousands of runs checked at one instant) is asked
+# earlier, so that the answer comes before the instant and not after it.
+MAX_CHECK_EXTRA_S = 1.5
 
 
 def _start_of(run: _Run) -> float:
@@ -511,8 +515,15 @@ class Worker:
             log.error("waiting for the instants of leases taken ahead failed",
                       exc_info=task.exception())
 
+    def check_lead_s(self) -> float:
+        """How long before a group's instant its check is sent: `BEFORE_START_CHECK_S`,
+        plus the mean lease round trip measured (up to `MAX_CHECK_EXTRA_S` more). A pause or
+        cancel committed after the check does not stop the run, so the lead stays short
+        where the cluster answers fast, and grows only where it does not."""
+        return BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S, self._round_trip_s or 0.0)
+
     async def _at_instants(self, runs: list[_Run]) -> None:
-        """Runs leased ahead: check them with the server `BEFORE_START_CHECK_S` before their
+        """Runs leased ahead: check them with the server `check_lead_s()` before their
         instant (cancelled, lease gone, job paused since: not started), then move them to
         the slot queue at their instant, never before (`Lease.start_mono_s`)."""
         loop = asyncio.get_running_loop()
@@ -521,7 +532,7 @@ class Worker:
             first = _start_of(runs[0])
             group = [r for r in runs if _start_of(r) <= first + START_GROUP_S]
             runs = runs[len(group):]
-            await asyncio.sleep(max(0.0, first - BEFORE_START_CHECK_S - loop.time()))
+            await asyncio.sleep(max(0.0, first - self.check_lead_s() - loop.time()))
             if self._stopping:
                 return
             await self._check_before_start([r for r in group if r.lost is None])

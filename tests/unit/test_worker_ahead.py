@@ -104,3 +104,57 @@ async def test_a_worker_whose_clock_probe_fails_takes_nothing_ahead(tmp_path: Pa
     await run_until(worker, lambda: len(cluster.bodies("/v1/leases")) >= 5, timeout=20)
     bodies = cluster.bodies("/v1/leases")
     assert all(b.get("ahead_refused") == "unmeasured" and not b.get("ahead") for b in bodies)
+
+
+async def checks_before_start_at(cluster: FakeCluster, ack_delay_s: float) -> list[float]:
+    """Acknowledge after `ack_delay_s`; returns when each check before a start arrived."""
+    checks: list[float] = []
+
+    async def heartbeats(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        if body.get("before_start"):
+            checks.append(time.time())
+        else:
+            await asyncio.sleep(ack_delay_s)
+        return await cluster.default(request, body)
+    cluster.overrides["/v1/heartbeats"] = heartbeats
+    return checks
+
+
+async def test_a_slow_cluster_is_checked_earlier_so_its_answer_comes_before_the_instant(
+        tmp_path: Path):
+    cluster = FakeCluster()
+    clock_at(cluster, 0)
+    log = tmp_path / "starts"
+    instants = ahead_leases(cluster, log, lead_ms=3_000, n=1)
+    checks = await checks_before_start_at(cluster, ack_delay_s=0.4)
+    worker = make_worker(cluster, concurrency=2)
+    await run_until(worker, lambda: len(cluster.completed) == 1, timeout=20)
+    # The acknowledgement took 0.4 s: a lease round trip of 0.8 s, so the check goes
+    # 0.3 + 0.8 s before the instant, not 0.3 s.
+    assert len(checks) == 1
+    lead = instants[0] / 1000 - checks[0]
+    # (Bounds loose for a busy machine: sent late shortens the lead; the old lead was 0.3 s.)
+    assert 0.9 <= lead <= 1.6, lead
+    assert all(s >= instants[0] / 1000 for s in started_at(log))
+
+
+async def test_a_fast_cluster_is_checked_just_before_the_instant(tmp_path: Path):
+    cluster = FakeCluster()
+    clock_at(cluster, 0)
+    log = tmp_path / "starts"
+    instants = ahead_leases(cluster, log, lead_ms=2_000, n=1)
+    checks = await checks_before_start_at(cluster, ack_delay_s=0.0)
+    worker = make_worker(cluster, concurrency=2)
+    await run_until(worker, lambda: len(cluster.completed) == 1, timeout=20)
+    assert len(checks) == 1
+    assert 0.1 <= instants[0] / 1000 - checks[0] <= 0.6
+
+
+def test_the_check_lead_grows_with_the_round_trip_and_is_bounded(tmp_path: Path):
+    from raftcron.worker.runner import BEFORE_START_CHECK_S, MAX_CHECK_EXTRA_S
+    worker = make_worker(FakeCluster(), concurrency=1)
+    assert worker.check_lead_s() == BEFORE_START_CHECK_S  # nothing measured yet
+    worker._round_trip_s = 0.2
+    assert worker.check_lead_s() == BEFORE_START_CHECK_S + 0.2
+    worker._round_trip_s = 60.0
+    assert worker.check_lead_s() == BEFORE_START_CHECK_S + MAX_CHECK_EXTRA_S

@@ -85,13 +85,17 @@ def cron_at(t: float) -> str:
     return f"{d.second} {d.minute} {d.hour} {d.day} {d.month} *"
 
 
-async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True) -> HerdResult:
+async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
+                        herd_ahead_s: float | None = None) -> HerdResult:
+    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default)."""
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
         # Each mode says what it measures, whatever the nodes' default: leases ahead of the
         # instant, or none.
+        herd = f"lease_ahead_herd_s = {herd_ahead_s}\n" if ahead and herd_ahead_s else ""
         for path in c.configs:
-            path.write_text(f"lease_ahead_s = {AHEAD_S if ahead else 0}\n" + path.read_text())
+            path.write_text(f"lease_ahead_s = {AHEAD_S if ahead else 0}\n{herd}"
+                            + path.read_text())
         c.start()
         try:
             leader = c.wait_leader(timeout=60)
@@ -185,7 +189,8 @@ def _median(results: list[HerdResult]) -> HerdResult:
 
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
-            modes: tuple[str, ...] = ("ahead",), repeat: int = 1) -> list[HerdResult]:
+            modes: tuple[str, ...] = ("ahead",), repeat: int = 1,
+            herd_ahead_s: float | None = None) -> list[HerdResult]:
     """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
     runs of each (system, N, jitter, mode), the systems alternating run by run."""
     runs: dict[tuple, list[HerdResult]] = {}
@@ -194,7 +199,7 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             for jitter in sorted({0, jitter_s}):
                 for mode in modes:
                     r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
-                        n / 1000))), ahead=mode == "ahead"))
+                        n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s))
                     print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -238,13 +243,15 @@ def main() -> None:
     p.add_argument("--modes", default="ahead,at-instant",
                    help="ahead (dispatch ahead) and/or at-instant (handed out at T)")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--herd-ahead-s", type=float, default=None,
+                   help="mode ahead: the nodes' lease_ahead_herd_s (default: the product's)")
     args = p.parse_args()
     modes = tuple(m for m in args.modes.split(",") if m)
     if not modes or set(modes) - {"ahead", "at-instant"}:
         p.error("--modes takes ahead and/or at-instant")
     print(machine_line())
     results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
-                      modes, max(1, args.repeat))
+                      modes, max(1, args.repeat), args.herd_ahead_s)
     print(table(results))
     print([asdict(r) for r in results])
 

@@ -49,6 +49,8 @@ class Received:
     completed: int = 0
     ahead: int = 0
     """Leases received before their run's instant (dispatch ahead)."""
+    received_last: float = 0.0
+    """When the last batch of leases arrived (wall time)."""
     checks: list[tuple[float, float, int]] = field(default_factory=list)
     """Each check before a start (dispatch ahead): (sent, answered) wall times and the
     number of runs it covered."""
@@ -181,6 +183,7 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             leases = answer["leases"]
             if not leases:
                 continue
+            seen.received_last = max(seen.received_last, got)
             server_now = answer.get("server_now_ms") if ahead else None
             if server_now is not None:
                 seen.ahead += sum(1 for lease in leases

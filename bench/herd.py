@@ -78,6 +78,10 @@ class HerdResult:
     # how long the slowest took (each run starts only after its check's answer).
     checks_done_ms: float = float("nan")
     check_max_ms: float = float("nan")
+    # When the last batch of leases arrived, − T, and when the checks were sent (first and
+    # last, − T): a herd not leased by T, or checks sent late, explain a slow start.
+    last_lease_ms: float = float("nan")
+    checks_sent_ms: tuple[float, float] = (float("nan"), float("nan"))
 
 
 def cron_at(t: float) -> str:
@@ -138,12 +142,16 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
             checks_done = max((answered for _, answered, _ in seen.checks), default=math.nan)
             check_max = max((answered - sent for sent, answered, _ in seen.checks),
                             default=math.nan)
+            sent = [s for s, _, _ in seen.checks]
+            checks_sent = ((min(sent) - instant) * 1000, (max(sent) - instant) * 1000) \
+                if sent else (math.nan, math.nan)
             return HerdResult("raftcron", n, jitter_s, len(seen.leases),
                               pct(lags, 0.5) * 1000, pct(lags, 0.99) * 1000,
                               max(lags, default=float("nan")) * 1000,
                               pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
                               create_s, "ahead" if ahead else "at-instant", seen.ahead,
-                              (checks_done - instant) * 1000, check_max * 1000)
+                              (checks_done - instant) * 1000, check_max * 1000,
+                              (seen.received_last - instant) * 1000, checks_sent)
         finally:
             c.close()
 
@@ -185,7 +193,10 @@ def _median(results: list[HerdResult]) -> HerdResult:
     return HerdResult(first.system, first.n, first.jitter_s, int(med("received")),
                       med("p50_ms"), med("p99_ms"), med("max_ms"), med("commit_p50_ms"),
                       med("commit_max_ms"), med("create_s"), first.mode,
-                      int(med("leased_ahead")), med("checks_done_ms"), med("check_max_ms"))
+                      int(med("leased_ahead")), med("checks_done_ms"), med("check_max_ms"),
+                      med("last_lease_ms"),
+                      (statistics.median(r.checks_sent_ms[0] for r in results),
+                       statistics.median(r.checks_sent_ms[1] for r in results)))
 
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
@@ -206,7 +217,10 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                           f"({r.received}/{n} leased, {r.leased_ahead} before T, created in "
                           f"{r.create_s:.1f}s)" + (
                               f"  checks before the start: last answered T{r.checks_done_ms:+.0f}"
-                              f" ms, slowest {r.check_max_ms:.0f} ms" if mode == "ahead" else ""),
+                              f" ms, slowest {r.check_max_ms:.0f} ms, sent "
+                              f"T{r.checks_sent_ms[0]:+.0f}..T{r.checks_sent_ms[1]:+.0f} ms; "
+                              "last leases received "
+                              f"T{r.last_lease_ms:+.0f} ms" if mode == "ahead" else ""),
                           flush=True)
                     runs.setdefault(("raftcron", n, jitter, mode), []).append(r)
             a = asyncio.run(apscheduler_herd(n))

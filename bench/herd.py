@@ -82,7 +82,7 @@ def cron_at(t: float) -> str:
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True) -> HerdResult:
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
-        if ahead:  # the nodes lease ahead only where the config says so (lease_ahead_s)
+        if ahead:  # pinned, not left to the default: the figures name the value measured
             for path in c.configs:
                 path.write_text(f"lease_ahead_s = {AHEAD_S}\n" + path.read_text())
         c.start()

@@ -41,6 +41,13 @@ def raft_addr(index: int) -> str:
     return f"{node_ip(index)}:{RAFT_PORT}"
 
 
+def lease_ahead_lines() -> list[str]:
+    """The nodes' dispatch ahead: the product's default (`lease_ahead_s` left out) unless
+    CHAOS_LEASE_AHEAD_S sets it in every node of the run (`0` turns it off)."""
+    ahead = os.environ.get("CHAOS_LEASE_AHEAD_S", "").strip()
+    return [f"lease_ahead_s = {float(ahead)}"] if ahead else []
+
+
 def write_node_config(root: Path, index: int, peers: list[int]) -> Path:
     """Node `n<index>`'s config, listing the nodes `peers` (by index) as its peers."""
     nid = f"n{index}"
@@ -48,9 +55,7 @@ def write_node_config(root: Path, index: int, peers: list[int]) -> Path:
              f'raft_addr = "{raft_addr(index)}"', f'http_host = "{node_ip(index)}"',
              f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
              'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"']
-    ahead = os.environ.get("CHAOS_LEASE_AHEAD_S")
-    if ahead:  # dispatch ahead is off by default; this turns it on in every node of a run
-        lines.append(f"lease_ahead_s = {float(ahead)}")
+    lines += lease_ahead_lines()
     lines.append("")
     for j in peers:
         if j != index:

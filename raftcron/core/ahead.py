@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Off by default: the ci chaos run of seed 101 at f00c211 recorded four effects 0.585-0.663 s
-# before their instant with it on (beyond the guard's bound of 0.5 s plus the sink's error).
-# The cause, since fixed (state.attempts._due_again): a run handed back before its instant
-# was due again at once, and the next poll started it then. A node turns it on with
-# `lease_ahead_s` (2 is the value it was built and measured with).
-DEFAULT_LEASE_AHEAD_S = 0.0
+# On by default, 2 s: room for a run's lease and its acknowledgement (one Raft commit each,
+# typically 30-100 ms) and the pre-start check (worker.runner.BEFORE_START_CHECK_S, 0.3 s
+# before the instant) to be done before the instant, with several slow commits to spare;
+# the value it was built, measured and run under chaos with (bench/results/chaos-ahead.md).
+# A run handed back unrun before its instant stays due at its instant
+# (state.attempts._due_again), not at once: before that fix a chaos run recorded effects
+# 0.59-0.66 s early with it on. `lease_ahead_s = 0` in a node's config turns it off.
+DEFAULT_LEASE_AHEAD_S = 2.0
 # A herd (leader.dispatch.HERD_SIZE runs due at one instant) may go this far ahead: leasing
 # 33,000 runs takes about four seconds on two cores.
 DEFAULT_LEASE_AHEAD_HERD_S = 6.0

@@ -6,9 +6,13 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from chaos.history import History
 from chaos.netns import Netns
 from chaos.procs import Processes
+from raftcron.config import load_config
+from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_S
 
 
 def procs(tmp_path: Path) -> Processes:
@@ -42,3 +46,19 @@ def test_a_joining_node_lists_the_current_members_as_its_peers(tmp_path: Path) -
     assert p.ids == ["n1", "n3", "n4"] and p.spares == []
     assert p.proxy_urls() == ["http://10.77.0.20:9201", "http://10.77.0.20:9203",
                               "http://10.77.0.20:9204"]
+
+
+def test_the_nodes_lease_ahead_at_the_products_default_unless_the_run_says_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CHAOS_LEASE_AHEAD_S a chaos run tests what users run: dispatch ahead on, at
+    the product's default. The variable still sets it in every node, joiners too."""
+    monkeypatch.delenv("CHAOS_LEASE_AHEAD_S", raising=False)
+    p = procs(tmp_path)
+    assert load_config(str(p.configs["n1"])).lease_ahead_s == DEFAULT_LEASE_AHEAD_S > 0
+    for value, want in (("0", 0.0), ("2.5", 2.5)):
+        monkeypatch.setenv("CHAOS_LEASE_AHEAD_S", value)
+        (tmp_path / value).mkdir()
+        p = procs(tmp_path / value)
+        got = [load_config(str(p.configs["n2"])).lease_ahead_s,
+               load_config(str(p.write_joiner_config("n4"))).lease_ahead_s]
+        assert got == [want, want], value

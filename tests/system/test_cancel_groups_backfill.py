@@ -149,7 +149,12 @@ def test_a_group_never_holds_more_than_its_limit_and_others_are_not_stalled(
 def test_live_runs_stay_ahead_of_a_large_backfill_on_their_queue(cluster: LocalCluster) -> None:
     """1,500 backfill runs of an `allow` job are queued before the live runs of an
     every-second job on the same queue. Each live run is leased within a few leases of its
-    instant (counted in fencing-token order, not timed): the backfill does not go first."""
+    instant (counted in fencing-token order, not timed): the backfill does not go first.
+
+    With dispatch ahead (on by default) a live run may be leased before its instant; the
+    worker starts it at the instant, so only backfill leases granted at or after the
+    instant and before the live run's lease can have delayed its start, and those are
+    what is counted (none for a run leased ahead)."""
     leader = cluster.wait_leader()
     add_job(cluster, leader, "bulk", cron="* * * * *", target={"shell": "sleep 0.05"})
     resp = cluster.post(leader, "/v1/jobs/bulk/backfill",

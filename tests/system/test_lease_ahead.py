@@ -1,7 +1,8 @@
-"""Dispatch ahead with real nodes and workers (issue 18 §4): a run is leased before its
-instant and its job process starts at the instant or after it by the real clock; a worker
-whose wall clock is 5 s off the cluster's (moved on purpose with time-machine, as the chaos
-suite moves clocks) takes no run ahead, and /metrics says so."""
+"""Dispatch ahead with real nodes and workers (issue 18 §4), on by default (the nodes'
+configs leave `lease_ahead_s` out): a run is leased before its instant and its job process
+starts at the instant or after it by the real clock; a worker whose wall clock is 5 s off
+the cluster's (moved on purpose with time-machine, as the chaos suite moves clocks) takes
+no run ahead, and /metrics says so."""
 
 from __future__ import annotations
 
@@ -56,17 +57,10 @@ def attempt_rows(c: LocalCluster, occ_id: str) -> list[dict]:
     return c.get(c.leader() or "n1", f"/v1/occurrences/{occ_id}")["attempt_list"]
 
 
-def lease_ahead_on(c: LocalCluster) -> None:
-    """Dispatch ahead is off by default; these tests turn it on at the value it was built
-    with (top-level keys go before the generated config's tables)."""
-    for path in c.configs:
-        path.write_text("lease_ahead_s = 2\n" + path.read_text())
-
-
 def test_runs_are_leased_ahead_and_start_at_their_instant(tmp_path: Path) -> None:
     log = tmp_path / "starts.txt"
     log.touch()
-    with serving_cluster(tmp_path / "c", lease_ahead_on) as c:
+    with serving_cluster(tmp_path / "c") as c:
         c.start_worker("good", concurrency=4, queues="ahead")
         starts_job(c, "tick", "ahead", log)
         time.sleep(RUN_S)
@@ -89,7 +83,7 @@ def test_runs_are_leased_ahead_and_start_at_their_instant(tmp_path: Path) -> Non
 def test_a_worker_whose_clock_is_off_takes_no_run_ahead(tmp_path: Path) -> None:
     log = tmp_path / "starts.txt"
     log.touch()
-    with serving_cluster(tmp_path / "c", lease_ahead_on) as c:
+    with serving_cluster(tmp_path / "c") as c:
         c.worker_env.update({"PYTHONPATH": str(CLOCK_DIR), "CHAOS_CLOCK_BASE": "5"})
         c.start_worker("skewed", concurrency=4, queues="skewed")
         starts_job(c, "tock", "skewed", log)

@@ -109,8 +109,8 @@ def test_an_old_node_keeps_running_until_upgraded_and_then_the_level_rises(
     c = LocalCluster(tmp_path)
     c.ready_level = 1  # the cluster stays at level 1 while n3 is old
     c.node_env[OLD] = {TEST_LEVEL_ENV: "1"}
-    for path in c.configs:  # dispatch ahead on: it must wait for level 2 (Lease.ahead_ms)
-        path.write_text("lease_ahead_s = 2\n" + path.read_text())
+    # Dispatch ahead is on by default (the configs leave it out): an upgrade with the
+    # default config must not lease ahead before level 2 (Lease.ahead_ms).
     c.set_raft_options(OLD, raftMinTimeout=0.3, raftMaxTimeout=0.35)
     for nid in UPGRADED:
         c.set_raft_options(nid, raftMinTimeout=1.5, raftMaxTimeout=2.5)

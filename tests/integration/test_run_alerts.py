@@ -427,3 +427,43 @@ def test_a_database_from_before_run_alerts_is_migrated_and_digests_as_before(
     assert upgraded.apply(c.SetClusterLevel(1, T0 + SEC, 2))["raised"]
     confirm(upgraded, T0 + SEC)
     assert stretches(upgraded) == [(1, T0 + SEC, T0 + SEC)]
+
+
+# --- durations of runs leased ahead --------------------------------------------------------
+
+def run_ahead(node: Node, job_id: str, at: int, ahead_s: float, took_s: float) -> dict:
+    """Fire `at`, lease it `ahead_s` before it (dispatch ahead), complete it `took_s` after
+    its instant (when it started)."""
+    node.fire(job_id, at, now=at - 8 * SEC)
+    r = node.apply(c.Lease(node.epoch, at - int(ahead_s * SEC), "w1", [att(job_id, at)], True,
+                           int(ahead_s * SEC) + 1))
+    lease = r["leases"][0]
+    assert lease["start_at_ms"] == at
+    node.hb(lease["attempt_id"], lease["fencing_token"], at - int(ahead_s * SEC) + 10)
+    return lease
+
+
+def test_a_run_leased_ahead_is_timed_from_its_instant_not_its_lease(node: Node) -> None:
+    node.create("j", now=T0, min_duration_s=5)
+    at = T0 + MIN
+    lease = run_ahead(node, "j", at, ahead_s=2, took_s=4)
+    # 6 s after the lease but 4 s after it started: too fast.
+    assert node.complete(lease["attempt_id"], lease["fencing_token"], at + 4 * SEC)["ok"]
+    assert [a[1] for a in alerts(node)] == ["too_fast"]
+    assert outbox(node)[0]["message"] == "succeeded after 4.0 s; min_duration_s is 5"
+
+
+def test_a_run_leased_ahead_is_not_too_slow_for_its_wait_before_its_instant(node: Node) -> None:
+    node.create("j", now=T0, max_duration_s=60)
+    at = T0 + MIN
+    lease = run_ahead(node, "j", at, ahead_s=2, took_s=0)
+    bounds = RunBounds(node.epoch, None, None)  # type: ignore[arg-type]
+    # 61 s after the lease, 59 s after its start: not slow yet.
+    assert plan(node, bounds, at + 59 * SEC) == []
+    cmds = plan(node, bounds, at + 61 * SEC)
+    assert [x.message for x in cmds] == [  # type: ignore[attr-defined]
+        "still running after 61 s; max_duration_s is 60"]
+    node.hb(lease["attempt_id"], lease["fencing_token"], at + 70 * SEC)
+    node.complete(lease["attempt_id"], lease["fencing_token"], at + 90 * SEC)
+    assert [x.message for x in plan(node, bounds, at + 91 * SEC)] == [  # type: ignore[attr-defined]
+        "the run ended after 90 s (succeeded)"]

@@ -96,7 +96,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
         c = LocalCluster(Path(tmp))
         # Each mode says what it measures, whatever the nodes' default: leases ahead of the
         # instant, or none.
-        herd = f"lease_ahead_herd_s = {herd_ahead_s}\n" if ahead and herd_ahead_s else ""
+        herd = (f"lease_ahead_herd_s = {herd_ahead_s}\n"
+                if ahead and herd_ahead_s is not None else "")
         for path in c.configs:
             path.write_text(f"lease_ahead_s = {AHEAD_S if ahead else 0}\n{herd}"
                             + path.read_text())

@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # On by default, 2 s: room for a run's lease and its acknowledgement (one Raft commit each,
-# typically 30-100 ms) and the pre-start check (worker.runner.BEFORE_START_CHECK_S, 0.3 s
-# before the instant) to be done before the instant, with several slow commits to spare;
-# the value it was built, measured and run under chaos with (bench/results/chaos-ahead.md).
+# typically 30-100 ms) and the pre-start check (worker.runner.Worker.check_lead_s: 0.3 s
+# before the instant, up to 1.8 s where the cluster answers slowly) to be done before it,
+# with several slow commits to spare; the value it was built, measured and run under chaos
+# with (bench/results/chaos-ahead.md).
 # A run handed back unrun before its instant stays due at its instant
 # (state.attempts._due_again), not at once: before that fix a chaos run recorded effects
 # 0.59-0.66 s early with it on. `lease_ahead_s = 0` in a node's config turns it off.

@@ -22,7 +22,10 @@ The levels, read from `git log`:
   `start_deadline_s`, `min_duration_s`, `max_duration_s` and `alert_after_failures`;
   the `who` of the job commands, and the history of edits apply records from them;
   a run handed back before its instant stays due at its instant (apply); a sweep
-  releases an unacknowledged lease of an earlier epoch at once (apply).
+  releases an unacknowledged lease of an earlier epoch at once (apply); `min_duration_s`
+  counts from the later of a run's lease and its instant (apply). Level 2 is not
+  released yet, so these apply rules joined it rather than making a level 3: two builds
+  from before and after one of them, mixed in one cluster, could disagree on it.
 
 A tagged field is written only when it differs from its default (`Command.args`), so an
 entry that uses none of a level's features is byte for byte what the older build wrote.

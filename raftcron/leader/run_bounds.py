@@ -1,8 +1,8 @@
 """`too_slow`: a run still going past its job's `max_duration_s` is reported, not killed.
 
 Unlike `max_runtime_s` (the sweeper times the attempt out), `max_duration_s` only raises
-the alert `too_slow:<attempt id>` once the attempt has run that long (from its lease, as
-`max_runtime_s` counts). It is resolved when
+the alert `too_slow:<attempt id>` once the attempt has run that long (from its start, the
+later of its lease and its instant, as `max_runtime_s` counts). It is resolved when
 the attempt ends. This duty also resolves the run alerts of jobs that were deleted
 (`too_fast`, `failures`, `too_slow`: state.run_alerts raises the first two at apply time).
 

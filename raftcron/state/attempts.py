@@ -251,7 +251,9 @@ def heartbeat_verdict(att: tuple | None, token: Any, worker_id: str,
 
 
 # The read answers a check only for a lease that outlives it by this much; one closer to its
-# expiry (or past it, not yet swept) is extended by a committed heartbeat, as before.
+# expiry (or past it, not yet swept) is extended by a committed heartbeat, as before. More
+# than the worker's longest check lead (worker.runner: 0.3 + 1.5 s), so a lease answered
+# from the read is still live when its run starts.
 BEFORE_START_READ_MARGIN_MS = 5_000
 
 

@@ -1,7 +1,8 @@
 """Alerts decided when a run ends, at apply time: `too_fast` and `failures`.
 
-- `min_duration_s`: a success quicker than that (from the attempt's lease, as the
-  sweeper's max runtime counts, to the completion's `now_ms`) raises `too_fast` for
+- `min_duration_s`: a success quicker than that (from the attempt's start, the later of
+  its lease and its instant, as the sweeper's max runtime counts, to the completion's
+  `now_ms`) raises `too_fast` for
   its occurrence: a job that "succeeded" without doing its work. Such alerts of a job are
   resolved by its next success that took at least the bound.
 - `alert_after_failures: N`: the job's occurrences that end `failed` (after their
@@ -65,7 +66,7 @@ def _check_too_fast(ctx: ApplyContext, attempt_id: str, occ_id: str, job_id: str
         return
     # From its start: the later of its lease and its instant (a run leased ahead waits for
     # its instant). Run bounds need protocol level 2, as leases ahead do, so no state of a
-    # level-1 build has a bound to count by another rule.
+    # level-1 build has a bound to count by another rule (core.protocol: level 2).
     took_ms = max(0, now_ms - max(row[0], row[2]))
     if took_ms < min_s * 1000:
         open_alert(ctx, too_fast_alert_id(occ_id), TOO_FAST, TOO_FAST, now_ms,

@@ -1,6 +1,7 @@
 """`POST /v1/heartbeats` with `before_start: true`, through the real app, codec and state
 machine: the check just before a run leased ahead starts is a barrier and a read, and only
-the runs that need a write (a paused job's skip, an unacknowledged lease) are committed. Its
+the runs that need a write (a paused job's skip, an unacknowledged lease, one near its
+expiry) are committed. Its
 answers are the committed heartbeat's; who may ask is unchanged."""
 
 from __future__ import annotations

@@ -431,9 +431,8 @@ def test_a_database_from_before_run_alerts_is_migrated_and_digests_as_before(
 
 # --- durations of runs leased ahead --------------------------------------------------------
 
-def run_ahead(node: Node, job_id: str, at: int, ahead_s: float, took_s: float) -> dict:
-    """Fire `at`, lease it `ahead_s` before it (dispatch ahead), complete it `took_s` after
-    its instant (when it started)."""
+def run_ahead(node: Node, job_id: str, at: int, ahead_s: float) -> dict:
+    """Fire `at`, lease it `ahead_s` before it (dispatch ahead) and acknowledge it."""
     node.fire(job_id, at, now=at - 8 * SEC)
     r = node.apply(c.Lease(node.epoch, at - int(ahead_s * SEC), "w1", [att(job_id, at)], True,
                            int(ahead_s * SEC) + 1))
@@ -446,7 +445,7 @@ def run_ahead(node: Node, job_id: str, at: int, ahead_s: float, took_s: float) -
 def test_a_run_leased_ahead_is_timed_from_its_instant_not_its_lease(node: Node) -> None:
     node.create("j", now=T0, min_duration_s=5)
     at = T0 + MIN
-    lease = run_ahead(node, "j", at, ahead_s=2, took_s=4)
+    lease = run_ahead(node, "j", at, ahead_s=2)
     # 6 s after the lease but 4 s after it started: too fast.
     assert node.complete(lease["attempt_id"], lease["fencing_token"], at + 4 * SEC)["ok"]
     assert [a[1] for a in alerts(node)] == ["too_fast"]
@@ -456,7 +455,7 @@ def test_a_run_leased_ahead_is_timed_from_its_instant_not_its_lease(node: Node) 
 def test_a_run_leased_ahead_is_not_too_slow_for_its_wait_before_its_instant(node: Node) -> None:
     node.create("j", now=T0, max_duration_s=60)
     at = T0 + MIN
-    lease = run_ahead(node, "j", at, ahead_s=2, took_s=0)
+    lease = run_ahead(node, "j", at, ahead_s=2)
     bounds = RunBounds(node.epoch, None, None)  # type: ignore[arg-type]
     # 61 s after the lease, 59 s after its start: not slow yet.
     assert plan(node, bounds, at + 59 * SEC) == []

@@ -28,6 +28,7 @@ def cron_at(t: float) -> str:
 
 
 def lease_ahead_on(c: LocalCluster) -> None:
+    """Pinned, not left to the default: the test needs leases ahead whatever it is."""
     for path in c.configs:
         path.write_text("lease_ahead_s = 2\n" + path.read_text())
 

@@ -47,7 +47,7 @@ async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[A
             answers[i] = {"attempt_id": attempt_id, **answer}
     if to_commit:
         committed = await ctx.propose_raw(c.Heartbeat(
-            ctx.stamp_ms(), worker_id, [pairs[i] for i in to_commit], queues, True))
+            now_ms, worker_id, [pairs[i] for i in to_commit], queues, True))
         # The apply answers its pairs in order, one result each.
         answers.update(zip(to_commit, committed["results"], strict=True))
     return [answers[i] for i in range(len(pairs))]

@@ -15,6 +15,7 @@ from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
+from raftcron.state.one_step import select_all
 
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
 LEASE_LEAD_MS = 150
@@ -198,12 +199,12 @@ class Dispatcher:
             self._conn = self.open_reader()
         marks = ",".join("?" * len(queues))
         not_held, held = self._not_held()
-        rows = self._conn.execute(
+        rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms <= ?{not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, now + LEASE_LEAD_MS, *held, limit * 4 + len(self.reserved)),
-        ).fetchall()
+        )
         rows = [r for r in rows if r[0] not in self.reserved]
         if rows and any(identity.is_backfill(r[0]) for r in rows):
             rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
@@ -225,12 +226,12 @@ class Dispatcher:
         window = (*queues, next_due, next_due + GROUP_MS)
         if not self._is_herd(queues, next_due, now):
             return [], now, next_due - LEASE_LEAD_MS
-        rows = self._conn.execute(
+        rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ?{not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
             (*window, *held, limit * 4 + len(self.reserved)),
-        ).fetchall()
+        )
         rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
             return [], now, next_due - LEASE_LEAD_MS
@@ -242,12 +243,12 @@ class Dispatcher:
         fills the whole window of the first choice, and its live runs would not be seen."""
         assert self._conn is not None
         marks = ",".join("?" * len(queues))
-        live = self._conn.execute(
+        live = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms <= ? AND id NOT GLOB ?{not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, now + LEASE_LEAD_MS, BACKFILL_GLOB, *held, limit * 4 + len(self.reserved)),
-        ).fetchall()
+        )
         seen = {r[0] for r in rows}
         extra = [r for r in live if r[0] not in seen and r[0] not in self.reserved]
         return sorted(rows + extra, key=lambda r: (r[3], r[0]))
@@ -301,13 +302,13 @@ class Dispatcher:
         marks = ",".join("?" * len(queues))
         not_held, held = self._not_held()
         horizon = now + self.ahead_ms
-        rows = self._conn.execute(
+        rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms <= ? AND (not_before_ms <= ? OR job_id "
             f"NOT IN (SELECT id FROM jobs WHERE paused)){not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, horizon, now, *held, limit * 4 + len(self.reserved)),
-        ).fetchall()
+        )
         rows = [r for r in rows if r[0] not in self.reserved]
         if rows and any(identity.is_backfill(r[0]) for r in rows):
             rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
@@ -325,17 +326,24 @@ class Dispatcher:
             return [], 0, next_due - herd_lead  # look again when a herd could go
         if herd_lead <= self.ahead_ms or not self._is_herd(queues, next_due, now):
             return [], 0, next_due - self.ahead_ms
-        rows = self._conn.execute(
+        rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? AND job_id "
             f"NOT IN (SELECT id FROM jobs WHERE paused){not_held} "
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, next_due, next_due + GROUP_MS, *held, limit * 4 + len(self.reserved)),
-        ).fetchall()
+        )
         rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
             return [], 0, next_due - self.ahead_ms
         return fair_order([(r[0], r[1], r[2]) for r in rows], limit), herd_lead, None
+
+    def _rows(self, sql: str, params: tuple) -> list[tuple]:
+        """The (id, tenant, job_id, not_before_ms) rows of `sql`, read in one SQLite step
+        (state.one_step: a herd's leases are chosen while every thread of the leader is
+        busy), in the order its ORDER BY not_before_ms, id names."""
+        assert self._conn is not None
+        return sorted(select_all(self._conn, sql, params, 4), key=lambda r: (r[3], r[0]))
 
     @staticmethod
     def _choose(group: list[tuple], limit: int, now: int) -> tuple[list[str], int]:

@@ -16,6 +16,7 @@ from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.groups import GroupLimiter
+from raftcron.state.one_step import select_all, update_all
 from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
 
 ATT_COLS = (
@@ -23,8 +24,9 @@ ATT_COLS = (
     "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue, "
     "ack_deadline_ms"
 )
+N_ATT_COLS = 15
 (A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
- A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE) = range(15)
+ A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE) = range(N_ATT_COLS)
 
 NOT_ACKNOWLEDGED = "not acknowledged"
 
@@ -48,6 +50,7 @@ LEASE_LOAD = (
     "JOIN occurrences o ON o.id = a.occurrence_id LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.id IN ({marks})"
 )
+LEASE_LOAD_COLS = 11
 
 
 def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
@@ -75,7 +78,8 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     ids = list(dict.fromkeys(cmd.attempt_ids))
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
-        for row in conn.execute(LEASE_LOAD.format(marks=",".join("?" * len(chunk))), chunk):
+        for row in select_all(conn, LEASE_LOAD.format(marks=",".join("?" * len(chunk))),
+                              chunk, LEASE_LOAD_COLS):
             found[row[0]] = row
     running_now: dict[str, int] = {}
     limiter = RunLimiter(conn)
@@ -127,12 +131,11 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
         runtime = spec.get("max_runtime_s")
         ack_timeout_s = spec.get("ack_timeout_s", DEFAULT_ACK_TIMEOUT_S)
         att_updates.append((
-            cmd.worker_id, token, cmd.now_ms, cmd.now_ms,
-            start + spec["heartbeat_timeout_s"] * 1000,
+            attempt_id, token, start + spec["heartbeat_timeout_s"] * 1000,
             start + runtime * 1000 if runtime else None,
-            cmd.now_ms + ack_timeout_s * 1000 if cmd.acknowledge else None, attempt_id,
+            cmd.now_ms + ack_timeout_s * 1000 if cmd.acknowledge else None,
         ))
-        occ_updates.append((number, occ_id))
+        occ_updates.append((occ_id, number))
         leases.append({
             "attempt_id": attempt_id,
             "occurrence_id": occ_id,
@@ -152,15 +155,19 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             # guard noticed would otherwise name its own wrong "now" as the instant.
             **({"start_at_ms": not_before} if cmd.ahead_ms else {}),
         })
-    conn.executemany(
-        "UPDATE attempts SET status = 'running', worker_id = ?, fencing_token = ?, "
-        "leased_ms = ?, heartbeat_ms = ?, lease_expires_ms = ?, runtime_deadline_ms = ?, "
+    update_all(
+        conn, "attempts",
+        "status = 'running', worker_id = ?, fencing_token = u.token, leased_ms = ?, "
+        "heartbeat_ms = ?, lease_expires_ms = u.expires, runtime_deadline_ms = u.runtime, "
+        "ack_deadline_ms = u.ack, acked_ms = NULL",
+        ("id", "token", "expires", "runtime", "ack"), att_updates,
+        "UPDATE attempts SET status = 'running', worker_id = ?, leased_ms = ?, "
+        "heartbeat_ms = ?, fencing_token = ?, lease_expires_ms = ?, runtime_deadline_ms = ?, "
         "ack_deadline_ms = ?, acked_ms = NULL WHERE id = ?",
-        att_updates,
-    )
-    conn.executemany(
-        "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ?", occ_updates
-    )
+        leading=(cmd.worker_id, cmd.now_ms, cmd.now_ms))
+    update_all(conn, "occurrences", "status = 'running', attempts = u.number",
+               ("id", "number"), occ_updates,
+               "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ?")
     ctx.set_meta(META_FENCING_SEQ, seq)
     return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants),
               held_groups=[[t, g, sorted(j)] for (t, g), j in sorted(held_groups.items())])
@@ -344,9 +351,21 @@ def _load_many(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple]:
     for i in range(0, len(unique), 500):
         chunk = unique[i : i + 500]
         marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT {ATT_COLS} FROM attempts WHERE id IN ({marks})", chunk):
+        for row in select_all(conn, f"SELECT {ATT_COLS} FROM attempts WHERE id IN ({marks})",
+                              chunk, N_ATT_COLS):
             found[row[A_ID]] = row
     return found
+
+
+def _load_specs(conn: sqlite3.Connection, job_ids: set[str], cache: dict[str, Any]) -> None:
+    """Fill `cache` (as `_job_spec` does) with these jobs' specs, in one read per 500."""
+    missing = sorted(job_id for job_id in job_ids if job_id not in cache)
+    for i in range(0, len(missing), 500):
+        chunk = missing[i : i + 500]
+        specs = dict(select_all(conn, "SELECT id, spec FROM jobs WHERE id IN "
+                                f"({','.join('?' * len(chunk))})", chunk, 2))
+        for job_id in chunk:
+            cache[job_id] = parse_spec(specs[job_id]) if job_id in specs else None
 
 
 def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
@@ -397,8 +416,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         # A repeat of this attempt later in the same command must see it as ended.
         found[attempt_id] = (*att[:A_STATUS], final, *att[A_STATUS + 1 : A_EXIT], exit_code)
         if final == "succeeded":
-            done_attempts.append((cmd.now_ms, exit_code, output, attempt_id))
-            done_occurrences.append((cmd.now_ms, att[A_OCC]))
+            done_attempts.append((attempt_id, exit_code, output))
+            done_occurrences.append((att[A_OCC],))
             results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
             continue
         conn.execute(
@@ -415,16 +434,17 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
             retry_or_fail(ctx, att, spec, cmd.now_ms, why)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
-    conn.executemany(
-        "UPDATE attempts SET status = 'succeeded', finished_ms = ?, exit_code = ?, output = ? "
-        "WHERE id = ?",
-        done_attempts,
-    )
-    conn.executemany(
-        "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
-        done_occurrences,
-    )
-    run_alerts.after_successes(ctx, [(a[3], o[1], found[a[3]][A_JOB]) for a, o in
+    update_all(conn, "attempts",
+               "status = 'succeeded', finished_ms = ?, exit_code = u.exit_code, "
+               "output = u.output", ("id", "exit_code", "output"), done_attempts,
+               "UPDATE attempts SET status = 'succeeded', finished_ms = ?, exit_code = ?, "
+               "output = ? WHERE id = ?", leading=(cmd.now_ms,))
+    update_all(conn, "occurrences", "status = 'succeeded', finished_ms = ?", ("id",),
+               done_occurrences,
+               "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
+               leading=(cmd.now_ms,))
+    _load_specs(conn, {found[a[0]][A_JOB] for a in done_attempts}, specs)
+    run_alerts.after_successes(ctx, [(a[0], o[0], found[a[0]][A_JOB]) for a, o in
                                      zip(done_attempts, done_occurrences, strict=True)],
                                cmd.now_ms, lambda job_id: _job_spec(conn, job_id, specs))
     return ok(results=results)

@@ -1114,3 +1114,45 @@ def test_a_manual_trigger_through_a_node_far_behind_is_stamped_at_the_cluster_ti
     assert r["ok"], r
     row = led.one("SELECT scheduled_for_ms, created_ms FROM occurrences WHERE kind = 'manual'")
     assert row == (T0 + MIN, T0 + MIN)
+
+
+def test_complete_keeps_an_output_holding_nul_and_unicode_whole(led):
+    # Successes are written in one statement through JSON (state.one_step), which would cut
+    # a text at a NUL: such an output goes through its own parameters and is stored whole.
+    led.create("j")
+    for i, output in enumerate(["before\x00after", "é \u2028 😀 \" \\ \n\t"]):
+        at = T0 + (i + 1) * MIN
+        led.fire("j", at)
+        tok = lease_one(led, "j", at)
+        a = att("j", at)
+        assert led.complete(a, tok, at + 5, "succeeded", 0, output)["ok"]
+        assert (led.attempt(a)["output"], led.attempt(a)["status"]) == (output, "succeeded")
+
+
+def test_lease_and_complete_write_each_run_of_a_batch(led):
+    # One Lease and one Complete of many runs (written in one statement each): every run
+    # gets its own token, deadlines and outcome.
+    for i in range(30):
+        led.create(f"b{i:02d}", heartbeat_timeout_s=30 + i)
+    led.claim([[f"b{i:02d}", 1, T0 + MIN, T0 + MIN, "fire"] for i in range(30)])
+    ids = [att(f"b{i:02d}", T0 + MIN) for i in range(30)]
+    leases = led.lease(ids, T0 + MIN)["leases"]
+    assert sorted(x["attempt_id"] for x in leases) == sorted(ids)
+    assert len({x["fencing_token"] for x in leases}) == 30
+    for x in leases:
+        row = led.attempt(x["attempt_id"])
+        i = int(x["job_id"][1:])
+        assert (row["status"], row["fencing_token"], row["worker_id"], row["leased_ms"],
+                row["lease_expires_ms"]) == ("running", x["fencing_token"], "w1", T0 + MIN,
+                                             T0 + MIN + (30 + i) * 1000)
+        assert led.occurrence(x["occurrence_id"])["status"] == "running"
+    r = led.apply(c.Complete(now_ms=T0 + MIN + 7, worker_id="w1", completions=[
+        [x["attempt_id"], x["fencing_token"], "succeeded", i, f"out {i}"]
+        for i, x in enumerate(leases)]))
+    assert all(x["ok"] for x in r["results"])
+    for i, x in enumerate(leases):
+        row = led.attempt(x["attempt_id"])
+        assert (row["status"], row["exit_code"], row["output"], row["finished_ms"]) == (
+            "succeeded", i, f"out {i}", T0 + MIN + 7)
+        occ_row = led.occurrence(x["occurrence_id"])
+        assert (occ_row["status"], occ_row["finished_ms"]) == ("succeeded", T0 + MIN + 7)

@@ -17,7 +17,12 @@ from typing import Any
 
 import httpx
 
-from raftcron.worker.runner import BEFORE_START_CHECK_S, EWMA_WEIGHT, MAX_CHECK_EXTRA_S
+from raftcron.worker.runner import (
+    BEFORE_START_CHECK_S,
+    EWMA_WEIGHT,
+    MAX_CHECK_EXTRA_S,
+    START_GROUP_S,
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BATCH_CREATE = 1000  # jobs per POST /v1/jobs:batchCreate
@@ -71,8 +76,9 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
     (a heartbeat) first, and only the leases whose acknowledgement was accepted are
     recorded (at that moment: when a real worker would start them) and completed.
     With `ahead`, it leases as `raftcron worker` does with a clock that agrees with the
-    cluster's: runs may come before their instant; each is started (recorded) when the
-    monotonic clock says its `start_at_ms` came, counted from the answer's `server_now_ms`,
+    cluster's: runs may come before their instant; they are started (recorded) in groups of
+    START_GROUP_S, as the worker starts them, when the monotonic clock says the group's last
+    `start_at_ms` came, counted from the answer's `server_now_ms`,
     after the check just before the start (a `before_start` heartbeat, sent as early as the
     worker sends it: `Worker.check_lead_s`), as the worker does."""
     async with httpx.AsyncClient(timeout=wait_s + 30, headers=headers) as client:
@@ -103,37 +109,52 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
 
         async def start_at_instants(leases: list[dict[str, Any]], j: int, got_mono: float,
                                     server_now: int) -> list[dict[str, Any]]:
+            """As the worker does (runner._at_instants): the runs in groups of START_GROUP_S,
+            each group checked `check_lead` before its first start, and started (recorded)
+            together once its last start came."""
             def start_of(lease: dict[str, Any]) -> float:
                 return got_mono + max(0, lease.get("start_at_ms", server_now) - server_now) / 1000
 
-            leases = sorted(leases, key=start_of)
-            later = [lease for lease in leases if start_of(lease) > time.monotonic()]
-            if later:
-                lead = BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S,
-                                                  round_trip[0] if round_trip else 0.0)
-                await asyncio.sleep(max(0.0, start_of(later[0]) - lead - time.monotonic()))
-                body = {"worker_id": name, "before_start": True, "attempts": [
-                    {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
-                    for x in later]}
-                sent = time.time()
-                while not stop():
-                    try:
-                        r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
-                        if r.status_code == 200:
-                            seen.checks.append((sent, time.time(), len(later)))
-                            refused = {x["attempt_id"] for x in r.json()["results"]
-                                       if not x.get("ok") or x.get("cancel")}
-                            leases = [x for x in leases if x["attempt_id"] not in refused]
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    j += 1
-                    await asyncio.sleep(0.05)
-            for lease in leases:
-                await asyncio.sleep(max(0.0, start_of(lease) - time.monotonic()))
-                seen.leases.append((time.time(), iso_to_s(lease["scheduled_for"]),
-                                    lease["occurrence_id"]))
-            return leases
+            todo = sorted(leases, key=start_of)
+            started: list[dict[str, Any]] = []
+            while todo and not stop():
+                first = start_of(todo[0])
+                group = [x for x in todo if start_of(x) <= first + START_GROUP_S]
+                todo = todo[len(group):]
+                if first > time.monotonic():
+                    lead = BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S,
+                                                      round_trip[0] if round_trip else 0.0)
+                    await asyncio.sleep(max(0.0, first - lead - time.monotonic()))
+                    group = await check_before_start(group, j)
+                await asyncio.sleep(max(0.0, max(map(start_of, group), default=0.0)
+                                        - time.monotonic()))
+                now = time.time()
+                seen.leases.extend((now, iso_to_s(x["scheduled_for"]), x["occurrence_id"])
+                                   for x in group)
+                started += group
+            return started
+
+        async def check_before_start(group: list[dict[str, Any]], j: int
+                                     ) -> list[dict[str, Any]]:
+            """The group less the runs the check refused (or all of them, if it was never
+            answered before the end)."""
+            body = {"worker_id": name, "before_start": True, "attempts": [
+                {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
+                for x in group]}
+            sent = time.time()
+            while not stop():
+                try:
+                    r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
+                    if r.status_code == 200:
+                        seen.checks.append((sent, time.time(), len(group)))
+                        refused = {x["attempt_id"] for x in r.json()["results"]
+                                   if not x.get("ok") or x.get("cancel")}
+                        return [x for x in group if x["attempt_id"] not in refused]
+                except httpx.HTTPError:
+                    pass
+                j += 1
+                await asyncio.sleep(0.05)
+            return []
 
         async def complete(leases: list[dict[str, Any]], j: int, got_mono: float = 0.0,
                            server_now: int | None = None) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import statistics
 import sys
@@ -90,9 +91,12 @@ def cron_at(t: float) -> str:
 
 
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
-                        herd_ahead_s: float | None = None) -> HerdResult:
-    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default)."""
-    with tempfile.TemporaryDirectory() as tmp:
+                        herd_ahead_s: float | None = None,
+                        keep_dir: Path | None = None) -> HerdResult:
+    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default). `keep_dir`:
+    the cluster's files (node logs, SQLite) go to a new folder in it and are kept."""
+    with (tempfile.TemporaryDirectory() if keep_dir is None else
+          contextlib.nullcontext(tempfile.mkdtemp(prefix=f"herd-{n}-", dir=keep_dir))) as tmp:
         c = LocalCluster(Path(tmp))
         # Each mode says what it measures, whatever the nodes' default: leases ahead of the
         # instant, or none.
@@ -202,7 +206,8 @@ def _median(results: list[HerdResult]) -> HerdResult:
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             modes: tuple[str, ...] = ("ahead",), repeat: int = 1,
-            herd_ahead_s: float | None = None) -> list[HerdResult]:
+            herd_ahead_s: float | None = None, keep_dir: Path | None = None
+            ) -> list[HerdResult]:
     """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
     runs of each (system, N, jitter, mode), the systems alternating run by run."""
     runs: dict[tuple, list[HerdResult]] = {}
@@ -211,7 +216,8 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             for jitter in sorted({0, jitter_s}):
                 for mode in modes:
                     r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
-                        n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s))
+                        n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s,
+                        keep_dir=keep_dir))
                     print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -260,13 +266,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--herd-ahead-s", type=float, default=None,
                    help="mode ahead: the nodes' lease_ahead_herd_s (default: the product's)")
+    p.add_argument("--keep-dir", type=Path, default=None,
+                   help="keep each run's cluster (node logs, SQLite files) in a folder here")
     args = p.parse_args()
     modes = tuple(m for m in args.modes.split(",") if m)
     if not modes or set(modes) - {"ahead", "at-instant"}:
         p.error("--modes takes ahead and/or at-instant")
     print(machine_line())
     results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
-                      modes, max(1, args.repeat), args.herd_ahead_s)
+                      modes, max(1, args.repeat), args.herd_ahead_s, args.keep_dir)
     print(table(results))
     print([asdict(r) for r in results])
 

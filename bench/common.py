@@ -115,17 +115,21 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             def start_of(lease: dict[str, Any]) -> float:
                 return got_mono + max(0, lease.get("start_at_ms", server_now) - server_now) / 1000
 
-            todo = sorted(leases, key=start_of)
-            started: list[dict[str, Any]] = []
+            # Runs already due on receipt start at once, unchecked; every group of the
+            # others is checked, however late its check goes out.
+            now_mono = time.monotonic()
+            todo = sorted((x for x in leases if start_of(x) > now_mono), key=start_of)
+            started = [x for x in leases if start_of(x) <= now_mono]
+            seen.leases.extend((time.time(), iso_to_s(x["scheduled_for"]), x["occurrence_id"])
+                               for x in started)
             while todo and not stop():
                 first = start_of(todo[0])
                 group = [x for x in todo if start_of(x) <= first + START_GROUP_S]
                 todo = todo[len(group):]
-                if first > time.monotonic():
-                    lead = BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S,
-                                                      round_trip[0] if round_trip else 0.0)
-                    await asyncio.sleep(max(0.0, first - lead - time.monotonic()))
-                    group = await check_before_start(group, j)
+                lead = BEFORE_START_CHECK_S + min(MAX_CHECK_EXTRA_S,
+                                                  round_trip[0] if round_trip else 0.0)
+                await asyncio.sleep(max(0.0, first - lead - time.monotonic()))
+                group = await check_before_start(group, j)
                 await asyncio.sleep(max(0.0, max(map(start_of, group), default=0.0)
                                         - time.monotonic()))
                 now = time.time()

@@ -5,7 +5,8 @@
 
 raftcron: a fresh three-node cluster per run; N jobs (created in batches of 1,000 well
 before the instant) whose cron names one second, `S M H D Mo *`, so all N are due at that
-instant T. No-op pollers in this process lease (1,000 per call) and complete at once: one
+instant T. No-op pollers in this process lease (1,000 per call), acknowledge each batch on
+receipt as `raftcron worker` does (not with --no-acknowledge), and complete at once: one
 poller per 1,000 jobs of the herd (at least 4, at most --max-pollers), as a deployment
 expecting a herd runs enough worker slots for it.
   lease lag   worker receipt of the lease − T (with jitter: − T − the job's jitter offset,
@@ -92,9 +93,11 @@ def cron_at(t: float) -> str:
 
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                         herd_ahead_s: float | None = None,
-                        keep_dir: Path | None = None) -> HerdResult:
+                        keep_dir: Path | None = None, acknowledge: bool = True) -> HerdResult:
     """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default). `keep_dir`:
-    the cluster's files (node logs, SQLite) go to a new folder in it and are kept."""
+    the cluster's files (node logs, SQLite) go to a new folder in it and are kept.
+    `acknowledge`: the pollers acknowledge each lease on receipt, as `raftcron worker`
+    does (and send their checks before a start as early as its measured round trip says)."""
     with (tempfile.TemporaryDirectory() if keep_dir is None else
           contextlib.nullcontext(tempfile.mkdtemp(prefix=f"herd-{n}-", dir=keep_dir))) as tmp:
         c = LocalCluster(Path(tmp))
@@ -138,7 +141,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
             urls = leader_first(c.urls, leader)
             worker = c.auth_headers(c.worker_token)
             await asyncio.gather(*(noop_poller(urls, f"herd-w{i}", QUEUE, finished, seen, worker,
-                                               wait_s=1, ahead=ahead) for i in range(pollers)))
+                                               wait_s=1, ahead=ahead, acknowledge=acknowledge)
+                                   for i in range(pollers)))
             occs = c.occurrences(leader, kind="scheduled")
             # Lease lag from the moment each run was meant to start: T, plus its jitter.
             lags = [got - instant - offsets[occ_id.split("@", 1)[0]]
@@ -206,8 +210,8 @@ def _median(results: list[HerdResult]) -> HerdResult:
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             modes: tuple[str, ...] = ("ahead",), repeat: int = 1,
-            herd_ahead_s: float | None = None, keep_dir: Path | None = None
-            ) -> list[HerdResult]:
+            herd_ahead_s: float | None = None, keep_dir: Path | None = None,
+            acknowledge: bool = True) -> list[HerdResult]:
     """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
     runs of each (system, N, jitter, mode), the systems alternating run by run."""
     runs: dict[tuple, list[HerdResult]] = {}
@@ -217,7 +221,7 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                 for mode in modes:
                     r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
                         n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s,
-                        keep_dir=keep_dir))
+                        keep_dir=keep_dir, acknowledge=acknowledge))
                     print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -268,13 +272,17 @@ def main() -> None:
                    help="mode ahead: the nodes' lease_ahead_herd_s (default: the product's)")
     p.add_argument("--keep-dir", type=Path, default=None,
                    help="keep each run's cluster (node logs, SQLite files) in a folder here")
+    p.add_argument("--no-acknowledge", action="store_true",
+                   help="the pollers do not acknowledge their leases (before 2026-12-02 "
+                        "the herd was measured so; `raftcron worker` acknowledges)")
     args = p.parse_args()
     modes = tuple(m for m in args.modes.split(",") if m)
     if not modes or set(modes) - {"ahead", "at-instant"}:
         p.error("--modes takes ahead and/or at-instant")
     print(machine_line())
     results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
-                      modes, max(1, args.repeat), args.herd_ahead_s, args.keep_dir)
+                      modes, max(1, args.repeat), args.herd_ahead_s, args.keep_dir,
+                      not args.no_acknowledge)
     print(table(results))
     print([asdict(r) for r in results])
 

@@ -77,14 +77,20 @@ def main() -> None:
             (f"read the {4 * len(ids)} oldest due rows",
              lambda: conn.execute(oldest, (4 * len(ids),)).fetchall(),
              lambda: select_all(conn, oldest, (4 * len(ids),), 4)),
-            (f"update {len(ids)} rows by id",
+            (f"update {len(ids)} rows, one value set",
              write(lambda now: conn.executemany(
                  "UPDATE attempts SET heartbeat_ms = ?, worker_id = ? WHERE id = ?",
                  [(now, "w", i) for i in ids])),
              write(lambda now: update_all(
-                 conn, "attempts", "heartbeat_ms = u.hb, worker_id = u.worker",
-                 ("id", "hb", "worker"), [(i, now, "w") for i in ids],
-                 "UPDATE attempts SET heartbeat_ms = ?, worker_id = ? WHERE id = ?"))),
+                 conn, "attempts", "heartbeat_ms = ?", ("worker_id",),
+                 [(i, "w") for i in ids], leading=(now,)))),
+            (f"update {len(ids)} rows, a value each",
+             write(lambda now: conn.executemany(
+                 "UPDATE attempts SET heartbeat_ms = ? WHERE id = ?",
+                 [(now + k, i) for k, i in enumerate(ids)])),
+             write(lambda now: update_all(
+                 conn, "attempts", "worker_id = 'w'", ("heartbeat_ms",),
+                 [(i, now + k) for k, i in enumerate(ids)]))),
         ]
         assert sorted(conn.execute(by_id, ids).fetchall()) == \
             sorted(select_all(conn, by_id, ids, 4))

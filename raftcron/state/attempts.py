@@ -24,7 +24,7 @@ ATT_COLS = (
     "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue, "
     "ack_deadline_ms"
 )
-N_ATT_COLS = 15
+N_ATT_COLS = len(ATT_COLS.split(","))
 (A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
  A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE) = range(N_ATT_COLS)
 
@@ -50,13 +50,13 @@ LEASE_LOAD = (
     "JOIN occurrences o ON o.id = a.occurrence_id LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.id IN ({marks})"
 )
-LEASE_LOAD_COLS = 11
+LEASE_LOAD_COLS = LEASE_LOAD.split(" FROM ")[0].count(",") + 1
 
 
 def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
     """Hand pending attempts to a worker, each with a fresh, strictly increasing token.
 
-    Loads the whole batch in one query and writes it with two `executemany`: a herd of
+    Loads the whole batch in one query and writes it in two updates (state.one_step): a herd of
     leases is on the fire-lag critical path. `held_jobs` and `held_tenants` name what held
     runs back (an exclusive job with a run leased, a tenant at `max_concurrent_runs`): the
     dispatcher looks past their backlog until they are free again; `held_groups`
@@ -155,19 +155,11 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             # guard noticed would otherwise name its own wrong "now" as the instant.
             **({"start_at_ms": not_before} if cmd.ahead_ms else {}),
         })
-    update_all(
-        conn, "attempts",
-        "status = 'running', worker_id = ?, fencing_token = u.token, leased_ms = ?, "
-        "heartbeat_ms = ?, lease_expires_ms = u.expires, runtime_deadline_ms = u.runtime, "
-        "ack_deadline_ms = u.ack, acked_ms = NULL",
-        ("id", "token", "expires", "runtime", "ack"), att_updates,
-        "UPDATE attempts SET status = 'running', worker_id = ?, leased_ms = ?, "
-        "heartbeat_ms = ?, fencing_token = ?, lease_expires_ms = ?, runtime_deadline_ms = ?, "
-        "ack_deadline_ms = ?, acked_ms = NULL WHERE id = ?",
-        leading=(cmd.worker_id, cmd.now_ms, cmd.now_ms))
-    update_all(conn, "occurrences", "status = 'running', attempts = u.number",
-               ("id", "number"), occ_updates,
-               "UPDATE occurrences SET status = 'running', attempts = ? WHERE id = ?")
+    update_all(conn, "attempts", "status = 'running', worker_id = ?, leased_ms = ?, "
+               "heartbeat_ms = ?, acked_ms = NULL",
+               ("fencing_token", "lease_expires_ms", "runtime_deadline_ms", "ack_deadline_ms"),
+               att_updates, leading=(cmd.worker_id, cmd.now_ms, cmd.now_ms))
+    update_all(conn, "occurrences", "status = 'running'", ("attempts",), occ_updates)
     ctx.set_meta(META_FENCING_SEQ, seq)
     return ok(leases=leases, held_jobs=sorted(held_jobs), held_tenants=sorted(held_tenants),
               held_groups=[[t, g, sorted(j)] for (t, g), j in sorted(held_groups.items())])
@@ -212,8 +204,10 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
     (a heartbeat ordered before the sweep wins, even one stamped after the deadline)."""
     conn = ctx.conn
     results = []
+    found = _load_many(conn, [item[0] for item in cmd.attempts])
+    extended: list[tuple] = []
     for attempt_id, token in cmd.attempts:
-        att = _load(conn, attempt_id)
+        att = found.get(attempt_id)
         verdict = heartbeat_verdict(att, token, cmd.worker_id, cmd.queues)
         if verdict is not None:
             results.append({"attempt_id": attempt_id, **verdict})
@@ -221,16 +215,18 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
         assert att is not None
         if cmd.before_start and not att[A_CANCEL] and _job_paused(conn, att[A_JOB]):
             _skip_paused(ctx, att, cmd.now_ms)
+            found[attempt_id] = (*att[:A_STATUS], "cancelled", *att[A_STATUS + 1:])
             results.append({"attempt_id": attempt_id, **PAUSED_BEFORE_START})
             continue
         window = att[A_EXPIRES] - att[A_HB]
-        conn.execute(
-            "UPDATE attempts SET heartbeat_ms = ?, lease_expires_ms = ?, "
-            "acked_ms = coalesce(acked_ms, ?), ack_deadline_ms = NULL WHERE id = ?",
-            (max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES]),
-             cmd.now_ms, attempt_id),
-        )
+        beat, expires = max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES])
+        extended.append((attempt_id, beat, expires))
+        # A repeat of this attempt later in the same command sees it extended.
+        found[attempt_id] = (*att[:A_HB], beat, expires, *att[A_EXPIRES + 1:A_ACK_DEADLINE],
+                             None)
         results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
+    update_all(conn, "attempts", "acked_ms = coalesce(acked_ms, ?), ack_deadline_ms = NULL",
+               ("heartbeat_ms", "lease_expires_ms"), extended, leading=(cmd.now_ms,))
     return ok(results=results)
 
 
@@ -369,7 +365,7 @@ def _load_specs(conn: sqlite3.Connection, job_ids: set[str], cache: dict[str, An
 
 
 def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
-    """Record outcomes. Successes (the common case) are written in two `executemany`."""
+    """Record outcomes. Successes (the common case) are written in two updates (state.one_step)."""
     conn = ctx.conn
     specs: dict[str, Any] = {}
     results = []
@@ -434,15 +430,10 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
             retry_or_fail(ctx, att, spec, cmd.now_ms, why)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
-    update_all(conn, "attempts",
-               "status = 'succeeded', finished_ms = ?, exit_code = u.exit_code, "
-               "output = u.output", ("id", "exit_code", "output"), done_attempts,
-               "UPDATE attempts SET status = 'succeeded', finished_ms = ?, exit_code = ?, "
-               "output = ? WHERE id = ?", leading=(cmd.now_ms,))
-    update_all(conn, "occurrences", "status = 'succeeded', finished_ms = ?", ("id",),
-               done_occurrences,
-               "UPDATE occurrences SET status = 'succeeded', finished_ms = ? WHERE id = ?",
-               leading=(cmd.now_ms,))
+    update_all(conn, "attempts", "status = 'succeeded', finished_ms = ?",
+               ("exit_code", "output"), done_attempts, leading=(cmd.now_ms,))
+    update_all(conn, "occurrences", "status = 'succeeded', finished_ms = ?", (),
+               done_occurrences, leading=(cmd.now_ms,))
     _load_specs(conn, {found[a[0]][A_JOB] for a in done_attempts}, specs)
     run_alerts.after_successes(ctx, [(a[0], o[0], found[a[0]][A_JOB]) for a, o in
                                      zip(done_attempts, done_occurrences, strict=True)],

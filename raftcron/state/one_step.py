@@ -61,26 +61,42 @@ def has_nul(row: Sequence[Any]) -> bool:
     return any(isinstance(value, str) and "\x00" in value for value in row)
 
 
-def update_all(conn: sqlite3.Connection, table: str, assignments: str, names: Sequence[str],
-               rows: Sequence[Sequence[Any]], fallback_sql: str,
-               leading: Sequence[Any] = ()) -> None:
-    """One UPDATE of `table` for every row, keyed on `id`, in one step.
+# Up to this many distinct value sets, rows are updated by id lists (`id IN json_each`),
+# one statement per set: a third of the cost of the join with the JSON rows (bench/one_step).
+FEW_VALUE_SETS = 4
 
-    `names`: the names of each row's values, the first being `id` (the key); `assignments`
-    the SET clause, in which `u.<name>` is a row's value and `?` a parameter of `leading`.
-    Of two rows of one id the last one wins, as in an `executemany`. `fallback_sql` is the
-    same update as `executemany` SQL taking the leading parameters, then the row's values
-    but the id, then the id: the rows whose text holds a NUL (`has_nul`) go through it.
+
+def update_all(conn: sqlite3.Connection, table: str, fixed: str, columns: Sequence[str],
+               rows: Sequence[Sequence[Any]], leading: Sequence[Any] = ()) -> None:
+    """`UPDATE table SET <fixed>, <column> = <the row's value>... WHERE id = <the row's id>`
+    for every row, in one SQLite step per statement.
+
+    `rows`: (id, one value per column); `fixed`: assignments common to every row, whose `?`
+    take `leading`. Of two rows of one id the last one wins, as in an `executemany`. Rows
+    that share their values (most of a herd's completions: exit code 0, no output) go as
+    lists of ids, the others as one join with the JSON rows, and a row whose text holds a
+    NUL (`has_nul`) with its own parameters.
     """
     if not rows:
         return
-    assert names[0] == "id"
-    rows = list({row[0]: row for row in rows}.values())  # the last one of an id wins
-    plain = [row for row in rows if not has_nul(row)]
-    with_nul = [row for row in rows if has_nul(row)]
-    if plain:
-        conn.execute(
-            f"UPDATE {table} SET {assignments} FROM {rows_table(names)} AS u "
-            f"WHERE {table}.id = u.id", (*leading, rows_param(plain)))
+    rows = list({row[0]: row for row in rows}.values())
+    sets = ", ".join([fixed, *(f"{col} = ?" for col in columns)])
+    by_values: dict[tuple, list[Any]] = {}
+    with_nul = []
+    for row in rows:
+        if has_nul(row):
+            with_nul.append(row)
+        else:
+            by_values.setdefault(tuple(row[1:]), []).append(row[0])
+    if len(by_values) <= FEW_VALUE_SETS:
+        for values, ids in by_values.items():
+            conn.execute(f"UPDATE {table} SET {sets} WHERE id IN (SELECT value FROM "
+                         "json_each(?))", (*leading, *values, json.dumps(ids)))
+    else:
+        joined = ", ".join([fixed, *(f"{col} = u.{col}" for col in columns)])
+        plain = [row for row in rows if not has_nul(row)]
+        conn.execute(f"UPDATE {table} SET {joined} FROM {rows_table(['id', *columns])} AS u "
+                     f"WHERE {table}.id = u.id", (*leading, rows_param(plain)))
     if with_nul:
-        conn.executemany(fallback_sql, [(*leading, *row[1:], row[0]) for row in with_nul])
+        conn.executemany(f"UPDATE {table} SET {sets} WHERE id = ?",
+                         [(*leading, *row[1:], row[0]) for row in with_nul])

@@ -83,6 +83,11 @@ def _burst(nodes: list[tuple[RaftNode, SlowMachine]]) -> tuple[int, int, list[in
     while not all(m.applied >= BURST for _, m in nodes):
         assert time.monotonic() < deadline, [m.applied for _, m in nodes]
         time.sleep(0.05)
+    time.sleep(0.5)
+    # Each entry applied once on every node, and every node applied all it committed.
+    assert [m.applied for _, m in nodes] == [BURST] * 3
+    assert len({n._SyncObj__raftLastApplied for n, _ in nodes}) == 1
+    assert all(n._SyncObj__raftLastApplied == n._SyncObj__raftCommitIndex for n, _ in nodes)
     return term, max(n.term() for n, _ in nodes), done
 
 

@@ -1156,3 +1156,23 @@ def test_lease_and_complete_write_each_run_of_a_batch(led):
             "succeeded", i, f"out {i}", T0 + MIN + 7)
         occ_row = led.occurrence(x["occurrence_id"])
         assert (occ_row["status"], occ_row["finished_ms"]) == ("succeeded", T0 + MIN + 7)
+
+
+def test_heartbeat_batch_extends_each_lease_by_its_own_window(led):
+    # One Heartbeat of many leases (written in one statement): each lease is extended by
+    # its own job's timeout and acknowledged; an attempt named twice is extended once, as
+    # the same heartbeat twice in a row would be.
+    for i in range(12):
+        led.create(f"h{i:02d}", heartbeat_timeout_s=30 + i)
+    led.claim([[f"h{i:02d}", 1, T0 + MIN, T0 + MIN, "fire"] for i in range(12)])
+    leases = led.lease([att(f"h{i:02d}", T0 + MIN) for i in range(12)], T0 + MIN)["leases"]
+    pairs = [[x["attempt_id"], x["fencing_token"]] for x in leases]
+    r = led.apply(c.Heartbeat(now_ms=T0 + MIN + 4000, worker_id="w1",
+                              attempts=[*pairs, pairs[0]]))
+    assert [x["ok"] for x in r["results"]] == [True] * 13
+    for x in leases:
+        row = led.attempt(x["attempt_id"])
+        timeout = (30 + int(x["job_id"][1:])) * 1000
+        assert (row["heartbeat_ms"], row["lease_expires_ms"], row["acked_ms"],
+                row["ack_deadline_ms"]) == (T0 + MIN + 4000, T0 + MIN + 4000 + timeout,
+                                            T0 + MIN + 4000, None)

@@ -44,35 +44,55 @@ def test_wrap_select_is_one_row_of_one_column(conn: sqlite3.Connection) -> None:
     assert len(decode_rows(rows[0][0])) == 300
 
 
-def test_update_all_matches_executemany(conn: sqlite3.Connection) -> None:
+@pytest.mark.parametrize("distinct", [1, 3, 40], ids=["one value set", "few", "many"])
+def test_update_all_matches_executemany(conn: sqlite3.Connection, distinct: int) -> None:
     other = sqlite3.connect(":memory:", isolation_level=None)
     other.execute("CREATE TABLE t (id TEXT PRIMARY KEY, a INTEGER, b TEXT, c INTEGER)")
     other.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", conn.execute("SELECT * FROM t"))
-    rows = [(f"r{i:03d}", f"new {i}", None if i % 3 else i) for i in range(0, 300, 7)]
+    rows = [(f"r{i:03d}", f"new {i % distinct}", None if i % 3 else i % distinct)
+            for i in range(0, 300, 7)]
     rows.append(("missing", "x", 1))  # no such row: nothing happens, as in executemany
-    fallback = "UPDATE t SET a = ?, b = ?, c = ? WHERE id = ?"
-    update_all(conn, "t", "a = ?, b = u.b, c = u.c", ("id", "b", "c"), rows, fallback,
-               leading=(-1,))
-    other.executemany(fallback, [(-1, b, c, i) for i, b, c in rows])
+    update_all(conn, "t", "a = ?", ("b", "c"), rows, leading=(-1,))
+    other.executemany("UPDATE t SET a = ?, b = ?, c = ? WHERE id = ?",
+                      [(-1, b, c, i) for i, b, c in rows])
     assert conn.execute("SELECT * FROM t ORDER BY id").fetchall() == \
         other.execute("SELECT * FROM t ORDER BY id").fetchall()
 
 
-def test_update_all_last_row_of_an_id_wins(conn: sqlite3.Connection) -> None:
-    update_all(conn, "t", "b = u.b", ("id", "b"), [("r001", "first"), ("r001", "last")],
-               "UPDATE t SET b = ? WHERE id = ?")
+@pytest.mark.parametrize("distinct", [1, 40], ids=["few value sets", "many"])
+def test_update_all_last_row_of_an_id_wins(conn: sqlite3.Connection, distinct: int) -> None:
+    rows = [(f"r{i:03d}", f"v{i % distinct}") for i in range(100, 140)]
+    update_all(conn, "t", "a = 0", ("b",), [("r001", "first"), *rows, ("r001", "last")])
     assert conn.execute("SELECT b FROM t WHERE id = 'r001'").fetchone() == ("last",)
 
 
-def test_update_all_writes_text_holding_a_nul_whole(conn: sqlite3.Connection) -> None:
-    rows = [("r001", "before\x00after"), ("r002", "plain")]
+@pytest.mark.parametrize("distinct", [1, 40], ids=["few value sets", "many"])
+def test_update_all_writes_text_holding_a_nul_whole(conn: sqlite3.Connection,
+                                                    distinct: int) -> None:
+    rows = [("r001", "before\x00after"), *((f"r{i:03d}", f"plain {i % distinct}")
+                                           for i in range(100, 140))]
     assert has_nul(rows[0]) and not has_nul(rows[1])
-    update_all(conn, "t", "b = u.b", ("id", "b"), rows, "UPDATE t SET b = ? WHERE id = ?")
-    assert conn.execute("SELECT b FROM t WHERE id IN ('r001', 'r002') ORDER BY id").fetchall() \
-        == [("before\x00after",), ("plain",)]
+    update_all(conn, "t", "a = 0", ("b",), rows)
+    assert conn.execute("SELECT b FROM t WHERE id = 'r001'").fetchone() == ("before\x00after",)
+    assert conn.execute("SELECT b FROM t WHERE id = 'r139'").fetchone() == \
+        (f"plain {139 % distinct}",)
+
+
+def test_update_all_with_no_columns_sets_the_fixed_part(conn: sqlite3.Connection) -> None:
+    update_all(conn, "t", "a = ?, b = 'done'", (), [("r001",), ("r002",)], leading=(7,))
+    assert conn.execute("SELECT id, a, b FROM t WHERE b = 'done' ORDER BY id").fetchall() == \
+        [("r001", 7, "done"), ("r002", 7, "done")]
 
 
 def test_update_all_of_no_rows_writes_nothing(conn: sqlite3.Connection) -> None:
     before = conn.total_changes
-    update_all(conn, "t", "b = u.b", ("id", "b"), [], "UPDATE t SET b = ? WHERE id = ?")
+    update_all(conn, "t", "a = 0", ("b",), [])
     assert conn.total_changes == before
+
+
+def test_update_all_last_row_wins_over_an_earlier_one_holding_a_nul(
+        conn: sqlite3.Connection) -> None:
+    update_all(conn, "t", "a = 0", ("b",), [("r001", "with\x00nul"), ("r001", "plain")])
+    assert conn.execute("SELECT b FROM t WHERE id = 'r001'").fetchone() == ("plain",)
+    update_all(conn, "t", "a = 0", ("b",), [("r002", "plain"), ("r002", "with\x00nul")])
+    assert conn.execute("SELECT b FROM t WHERE id = 'r002'").fetchone() == ("with\x00nul",)

@@ -116,11 +116,13 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 return got_mono + max(0, lease.get("start_at_ms", server_now) - server_now) / 1000
 
             # Runs already due on receipt start at once, unchecked; every group of the
-            # others is checked, however late its check goes out.
+            # others is checked, however late its check goes out. Each run's instant is
+            # read now, not at its start, when every group of a herd is recorded at once.
+            instant = {x["attempt_id"]: iso_to_s(x["scheduled_for"]) for x in leases}
             now_mono = time.monotonic()
             todo = sorted((x for x in leases if start_of(x) > now_mono), key=start_of)
             started = [x for x in leases if start_of(x) <= now_mono]
-            seen.leases.extend((time.time(), iso_to_s(x["scheduled_for"]), x["occurrence_id"])
+            seen.leases.extend((time.time(), instant[x["attempt_id"]], x["occurrence_id"])
                                for x in started)
             while todo and not stop():
                 first = start_of(todo[0])
@@ -133,7 +135,7 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 await asyncio.sleep(max(0.0, max(map(start_of, group), default=0.0)
                                         - time.monotonic()))
                 now = time.time()
-                seen.leases.extend((now, iso_to_s(x["scheduled_for"]), x["occurrence_id"])
+                seen.leases.extend((now, instant[x["attempt_id"]], x["occurrence_id"])
                                    for x in group)
                 started += group
             return started

@@ -57,7 +57,7 @@ from raftcron.testing import LocalCluster  # noqa: E402
 QUEUE = "herd"
 BATCH = 1000  # calibration batch size
 LEAD_S = 15.0  # the herd is due this long after the last job was created
-# Mode `ahead`: the nodes' `lease_ahead_s` (a herd then goes `lease_ahead_herd_s`, default 6,
+# Mode `ahead`: the nodes' `lease_ahead_s` (a herd then goes `lease_ahead_herd_s`, default 10,
 # ahead); the value dispatch ahead was built and measured with.
 AHEAD_S = 2.0
 

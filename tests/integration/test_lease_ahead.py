@@ -254,8 +254,8 @@ def test_a_run_released_before_its_instant_is_due_at_its_instant_again(led):
 
 
 def test_a_run_released_unacknowledged_before_its_instant_keeps_it(led):
-    """A herd is leased up to 6 s ahead and an unacknowledged lease is released 3 s after it
-    was handed out (ack_timeout_s), so before the instant."""
+    """A herd is leased seconds ahead (6 s here) and an unacknowledged lease is released 3 s
+    after it was handed out (ack_timeout_s), so before the instant."""
     led.create("j", ack_timeout_s=3)
     led.fire("j", T1, now=T1 - 10_000)
     a = att("j", T1)

@@ -101,9 +101,9 @@ def test_bad_outbox_give_up_is_a_config_error(tmp_path: Path, extra: str) -> Non
 
 def test_lease_ahead_horizons_default_and_bounds(tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path)))
-    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (2.0, 6.0)  # ahead: on
-    cfg = load_config(str(write(tmp_path, "lease_ahead_s = 0\nlease_ahead_herd_s = 10")))
-    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (0.0, 10.0)
+    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (2.0, 10.0)  # ahead: on
+    cfg = load_config(str(write(tmp_path, "lease_ahead_s = 0\nlease_ahead_herd_s = 4")))
+    assert (cfg.lease_ahead_s, cfg.lease_ahead_herd_s) == (0.0, 4.0)
     for bad in ("lease_ahead_s = -1", "lease_ahead_s = 11", 'lease_ahead_s = "2s"',
                 "lease_ahead_s = true", "lease_ahead_herd_s = 60"):
         with pytest.raises(ConfigError, match="lease_ahead"):

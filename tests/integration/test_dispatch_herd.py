@@ -114,3 +114,20 @@ def test_a_waiting_poll_ends_when_leadership_ends(tmp_path: Path) -> None:
             await asyncio.wait_for(poll, 5)
 
     asyncio.run(main())
+
+
+def test_runs_reserved_by_leases_in_flight_are_left_out_however_many(tmp_path: Path) -> None:
+    # Sixteen pollers' Leases in flight reserve far more runs than the rows one choice reads
+    # (4 x its batch): the choice still finds the free ones, ahead and at the instant.
+    db = tmp_path / "s.db"
+    cluster_state(db, 6000, 0)
+    d = Dispatcher(1, proposer=None, open_reader=lambda: open_reader(str(db)),  # type: ignore[arg-type]
+                   ahead_ms=2000, herd_ahead_ms=10_000)
+    first, _, _ = d._select_ahead(["herd"], 5000, T - 9000)
+    assert len(first) == 5000
+    d.reserved.update(first)
+    rest, lead, _ = d._select_ahead(["herd"], 100, T - 8000)
+    assert len(rest) == 100 and lead == 10_000 and not set(rest) & set(first)
+    due, _, _ = d._select(["herd"], 100, T)
+    assert len(due) == 100 and not set(due) & set(first)
+    d.close()

@@ -87,25 +87,35 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
 
         round_trip: list[float] = []  # the lease round trip measured, as the worker's
 
-        async def ack(leases: list[dict[str, Any]], j: int) -> list[dict[str, Any]]:
-            body = {"worker_id": name, "attempts": [
-                {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"]}
-                for lease in leases]}
-            began = time.monotonic()
+        async def post_until_ok(path: str, body: dict[str, Any], j: int) -> httpx.Response | None:
+            """POST until a node answers 200, moving on to the next node after an error or
+            another status; None if the run ended first."""
             while not stop():
                 try:
-                    r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
+                    r = await client.post(f"{urls[j % len(urls)]}{path}", json=body)
                     if r.status_code == 200:
-                        sample = 2 * (time.monotonic() - began)
-                        round_trip[:] = [sample if not round_trip else
-                                         (1 - EWMA_WEIGHT) * round_trip[0] + EWMA_WEIGHT * sample]
-                        accepted = {x["attempt_id"] for x in r.json()["results"] if x.get("ok")}
-                        return [lease for lease in leases if lease["attempt_id"] in accepted]
+                        return r
                 except httpx.HTTPError:
                     pass
                 j += 1
                 await asyncio.sleep(0.05)
-            return []
+            return None
+
+        def heartbeat_body(leases: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+            return {"worker_id": name, **extra, "attempts": [
+                {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
+                for x in leases]}
+
+        async def ack(leases: list[dict[str, Any]], j: int) -> list[dict[str, Any]]:
+            began = time.monotonic()
+            r = await post_until_ok("/v1/heartbeats", heartbeat_body(leases), j)
+            if r is None:
+                return []
+            sample = 2 * (time.monotonic() - began)
+            round_trip[:] = [sample if not round_trip else
+                             (1 - EWMA_WEIGHT) * round_trip[0] + EWMA_WEIGHT * sample]
+            accepted = {x["attempt_id"] for x in r.json()["results"] if x.get("ok")}
+            return [lease for lease in leases if lease["attempt_id"] in accepted]
 
         async def start_at_instants(leases: list[dict[str, Any]], j: int, got_mono: float,
                                     server_now: int) -> list[dict[str, Any]]:
@@ -142,25 +152,17 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
 
         async def check_before_start(group: list[dict[str, Any]], j: int
                                      ) -> list[dict[str, Any]]:
-            """The group less the runs the check refused (or all of them, if it was never
-            answered before the end)."""
-            body = {"worker_id": name, "before_start": True, "attempts": [
-                {"attempt_id": x["attempt_id"], "fencing_token": x["fencing_token"]}
-                for x in group]}
+            """The group less the runs the check refused (none of them, if it was never
+            answered before the run ended)."""
             sent = time.time()
-            while not stop():
-                try:
-                    r = await client.post(f"{urls[j % len(urls)]}/v1/heartbeats", json=body)
-                    if r.status_code == 200:
-                        seen.checks.append((sent, time.time(), len(group)))
-                        refused = {x["attempt_id"] for x in r.json()["results"]
-                                   if not x.get("ok") or x.get("cancel")}
-                        return [x for x in group if x["attempt_id"] not in refused]
-                except httpx.HTTPError:
-                    pass
-                j += 1
-                await asyncio.sleep(0.05)
-            return []
+            r = await post_until_ok("/v1/heartbeats", heartbeat_body(group, before_start=True),
+                                    j)
+            if r is None:
+                return []
+            seen.checks.append((sent, time.time(), len(group)))
+            refused = {x["attempt_id"] for x in r.json()["results"]
+                       if not x.get("ok") or x.get("cancel")}
+            return [x for x in group if x["attempt_id"] not in refused]
 
         async def complete(leases: list[dict[str, Any]], j: int, got_mono: float = 0.0,
                            server_now: int | None = None) -> None:
@@ -183,16 +185,8 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             body = {"worker_id": name, "completions": [
                 {"attempt_id": lease["attempt_id"], "fencing_token": lease["fencing_token"],
                  "outcome": "succeeded", "exit_code": 0, "output": ""} for lease in leases]}
-            while not stop():
-                try:
-                    r = await client.post(f"{urls[j % len(urls)]}/v1/completions", json=body)
-                    if r.status_code == 200:
-                        seen.completed += len(leases)
-                        return
-                except httpx.HTTPError:
-                    pass
-                j += 1
-                await asyncio.sleep(0.05)
+            if await post_until_ok("/v1/completions", body, j) is not None:
+                seen.completed += len(leases)
 
         while not stop():
             url = urls[i % len(urls)]

@@ -22,7 +22,6 @@ from typing import Any
 from raftcron.api.context import ApiContext
 from raftcron.core import commands as c
 from raftcron.state.attempts import ATT_COLS, N_ATT_COLS, before_start_answer
-from raftcron.state.one_step import decode_rows, wrap_select
 
 # One read per batch of the API's largest (workers.MAX_BATCH); SQLite's default limit on
 # bound parameters is far above it.
@@ -66,9 +65,7 @@ async def _attempts(ctx: ApiContext, ids: list[str]) -> dict[str, tuple[tuple, b
     found: dict[str, tuple[tuple, bool]] = {}
     for i in range(0, len(unique), READ_CHUNK):
         chunk = unique[i:i + READ_CHUNK]
-        # In one SQLite step (state.one_step): at a herd every thread of the node is busy.
-        cell = (await ctx.fetchall(wrap_select(_ROW_SQL.format(
-            marks=",".join("?" * len(chunk))), N_ATT_COLS + 1), chunk))[0][0]
-        for row in decode_rows(cell):
+        for row in await ctx.select_all(_ROW_SQL.format(marks=",".join("?" * len(chunk))),
+                                        chunk, N_ATT_COLS + 1):
             found[row[0]] = (row[:-1], bool(row[-1]))
     return found

@@ -18,6 +18,7 @@ from raftcron.cluster.proposer import NO_LEADER, ProposalError
 from raftcron.core import protocol
 from raftcron.core.commands import Barrier, Command
 from raftcron.core.errors import NOT_UPGRADED, ValidationError
+from raftcron.state.one_step import decode_rows, wrap_select
 
 if TYPE_CHECKING:
     from raftcron.node_view import NodeView
@@ -53,6 +54,11 @@ class ApiContext:
         connection, and a read right after a committed write could miss it."""
         assert self.db is not None
         return list(await self.db.execute_fetchall(sql, params))
+
+    async def select_all(self, sql: str, params: tuple | list, ncols: int) -> list[tuple]:
+        """`fetchall` of a SELECT of `ncols` columns in one SQLite step
+        (state.one_step): for the reads of a herd, while every thread of the node is busy."""
+        return decode_rows((await self.fetchall(wrap_select(sql, ncols), params))[0][0])
 
     async def fetchone(self, sql: str, params: tuple | list = ()) -> tuple | None:
         rows = await self.fetchall(sql, params)

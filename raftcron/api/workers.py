@@ -22,7 +22,6 @@ from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE, json_int
 from raftcron.leader.ticker import LostEpoch
-from raftcron.state.one_step import decode_rows, wrap_select
 
 log = logging.getLogger(__name__)
 
@@ -260,10 +259,9 @@ async def _attempt_queues(ctx: ApiContext, ids: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
-        rows = await ctx.fetchall(wrap_select(
-            f"SELECT id, queue FROM attempts WHERE id IN ({','.join('?' * len(chunk))})", 2),
-            chunk)
-        found.update({row[0]: row[1] for row in decode_rows(rows[0][0])})
+        found.update(await ctx.select_all(
+            f"SELECT id, queue FROM attempts WHERE id IN ({','.join('?' * len(chunk))})",
+            chunk, 2))
     return found
 
 

@@ -212,7 +212,6 @@ class Dispatcher:
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, now + LEASE_LEAD_MS, *held, limit * 4),
         )
-        rows = [r for r in rows if r[0] not in self.reserved]
         if rows and any(identity.is_backfill(r[0]) for r in rows):
             rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
         if rows:
@@ -239,7 +238,6 @@ class Dispatcher:
             "ORDER BY not_before_ms, id LIMIT ?",
             (*window, *held, limit * 4),
         )
-        rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
             return [], now, next_due - LEASE_LEAD_MS
         return (*self._choose(rows, limit, now), None)
@@ -257,7 +255,7 @@ class Dispatcher:
             (*queues, now + LEASE_LEAD_MS, BACKFILL_GLOB, *held, limit * 4),
         )
         seen = {r[0] for r in rows}
-        extra = [r for r in live if r[0] not in seen and r[0] not in self.reserved]
+        extra = [r for r in live if r[0] not in seen]
         return sorted(rows + extra, key=lambda r: (r[3], r[0]))
 
     def _choose_sharing(self, group: list[tuple], limit: int, now: int,
@@ -316,7 +314,6 @@ class Dispatcher:
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, horizon, now, *held, limit * 4),
         )
-        rows = [r for r in rows if r[0] not in self.reserved]
         if rows and any(identity.is_backfill(r[0]) for r in rows):
             rows = self._with_live_rows(rows, queues, limit, now, not_held, held)
         if rows:
@@ -340,7 +337,6 @@ class Dispatcher:
             "ORDER BY not_before_ms, id LIMIT ?",
             (*queues, next_due, next_due + GROUP_MS, *held, limit * 4),
         )
-        rows = [r for r in rows if r[0] not in self.reserved]
         if not rows:
             return [], 0, next_due - self.ahead_ms
         return fair_order([(r[0], r[1], r[2]) for r in rows], limit), herd_lead, None

@@ -62,7 +62,7 @@ def has_nul(row: Sequence[Any]) -> bool:
 
 
 # Up to this many distinct value sets, rows are updated by id lists (`id IN json_each`),
-# one statement per set: a third of the cost of the join with the JSON rows (bench/one_step).
+# one statement per set: about half the cost of the join with the JSON rows (bench/one_step).
 FEW_VALUE_SETS = 4
 
 
@@ -82,19 +82,19 @@ def update_all(conn: sqlite3.Connection, table: str, fixed: str, columns: Sequen
     rows = list({row[0]: row for row in rows}.values())
     sets = ", ".join([fixed, *(f"{col} = ?" for col in columns)])
     by_values: dict[tuple, list[Any]] = {}
-    with_nul = []
+    plain, with_nul = [], []
     for row in rows:
         if has_nul(row):
             with_nul.append(row)
         else:
+            plain.append(row)
             by_values.setdefault(tuple(row[1:]), []).append(row[0])
     if len(by_values) <= FEW_VALUE_SETS:
         for values, ids in by_values.items():
             conn.execute(f"UPDATE {table} SET {sets} WHERE id IN (SELECT value FROM "
-                         "json_each(?))", (*leading, *values, json.dumps(ids)))
+                         "json_each(?))", (*leading, *values, json.dumps(ids, ensure_ascii=False)))
     else:
         joined = ", ".join([fixed, *(f"{col} = u.{col}" for col in columns)])
-        plain = [row for row in rows if not has_nul(row)]
         conn.execute(f"UPDATE {table} SET {joined} FROM {rows_table(['id', *columns])} AS u "
                      f"WHERE {table}.id = u.id", (*leading, rows_param(plain)))
     if with_nul:

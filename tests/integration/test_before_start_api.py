@@ -20,8 +20,10 @@ from raftcron.core.model import parse_job
 from tests.integration.inprocess import InProcessNode, InProcessProposer, api_fixture
 
 # Near the real clock: the node stamps the check with it, and a lease within 5 s of its
-# expiry by that stamp is committed, not read.
-T0 = (int(time.time()) // 60) * 60_000
+# expiry by that stamp is committed, not read. The instant is 5-6 minutes ahead of the
+# import: a parallel run may reach these tests a minute or more after collecting them, and
+# the instant must still be ahead then.
+T0 = (int(time.time()) // 60) * 60_000 + 300_000
 AT = T0 + 60_000
 LEASED = AT - 1_500  # leased 1.5 s ahead of the instant
 JOBS = ("invoices", "payroll", "reports")

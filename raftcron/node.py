@@ -6,6 +6,7 @@ import asyncio
 import faulthandler
 import logging
 import os
+import resource
 import signal
 import sqlite3
 import sys
@@ -18,6 +19,12 @@ from typing import Any
 
 import uvicorn
 
+from raftcron.api.connection_guard import (
+    ConnectionBudget,
+    ConnectionLimits,
+    guarded_protocol,
+    raise_fd_limit,
+)
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
 from raftcron.cluster.levels import ClusterLevels, level_members, spoken_level
@@ -489,7 +496,14 @@ class Node:
         self._peer_refresher = asyncio.create_task(self._refresh_peers_periodically(),
                                                    name="peer-refresh")
         app = create_app(self)
+        soft_fds, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.connections = ConnectionBudget(ConnectionLimits.for_fd_limit(soft_fds))
+        log.info("HTTP connections: at most %d open, %d from one address; a request must "
+                 "arrive within %.1f s", self.connections.limits.max_connections,
+                 self.connections.limits.per_source,
+                 self.connections.limits.request_deadline_s)
         config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
+                                http=guarded_protocol(self.connections),
                                 log_level="warning", lifespan="on", access_log=False,
                                 timeout_keep_alive=KEEP_ALIVE_S,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
@@ -575,6 +589,11 @@ def run_node(config: NodeConfig) -> None:
     # heartbeats fall behind the 300 ms election timeout (measured: election storms during
     # herds). 1 ms keeps the Raft thread responsive for a few percent of CPU.
     sys.setswitchinterval(0.001)
+    # Every file and directory the node makes is its own alone (state, journal, snapshots,
+    # secrets, backups): the state holds webhook keys and target headers.
+    os.umask(0o077)
+    # Room for client connections beside SQLite, Raft and peers (api.connection_guard).
+    raise_fd_limit()
     node = Node(config)
     try:
         asyncio.run(node.serve())

@@ -33,6 +33,10 @@ def commit_protocol_level(conn: sqlite3.Connection, level: int | None = None) ->
 # RAFTCRON_TEST_PORT_RANGE="lo-hi" narrows it: two test sessions run at once (.ci/run) each
 # get their own half, so neither can pick a range the other checked but has not bound yet.
 PORT_RANGE = (20000, 32700)
+# Sets RLIMIT_NOFILE (soft and hard) to argv[1], then becomes the command after it.
+NOFILE_LAUNCHER = ("import os, resource, sys; n = int(sys.argv[1]); "
+                   "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+                   "os.execv(sys.argv[2], sys.argv[2:])")
 PORT_RANGE_ENV = "RAFTCRON_TEST_PORT_RANGE"
 
 
@@ -111,6 +115,8 @@ class LocalCluster:
         # Extra environment of one node's process, by node id (e.g. the test-only
         # RAFTCRON_TEST_PROTOCOL_LEVEL of a node emulating an older build).
         self.node_env: dict[str, dict[str, str]] = {}
+        # A descriptor limit (soft and hard, as `ulimit -n`) for one node's process.
+        self.node_nofile: dict[str, int] = {}
         # The committed protocol level `leader` waits for: a fresh cluster unlocks this
         # build's features a moment after its first leader began (leader.cluster_level).
         # A cluster with a node of an older level sets that level (None: do not wait).
@@ -164,8 +170,13 @@ class LocalCluster:
             env = self.env
             if self.node_env.get(node_id):
                 env = {**(os.environ if env is None else env), **self.node_env[node_id]}
+            command = [sys.executable, "-m", "raftcron", "node", "--config",
+                       str(self.configs[i])]
+            if node_id in self.node_nofile:
+                command = [sys.executable, "-c", NOFILE_LAUNCHER,
+                           str(self.node_nofile[node_id]), *command]
             self.procs[node_id] = subprocess.Popen(
-                [sys.executable, "-m", "raftcron", "node", "--config", str(self.configs[i])],
+                command,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env=env, cwd=self.cwd,
             )

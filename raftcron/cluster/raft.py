@@ -32,6 +32,39 @@ from raftcron.state.machine import StateMachine
 
 log = logging.getLogger("raftcron.raft")
 
+# SQLite errors that say the machine ran short (descriptors, memory, disk), not that the
+# entry is wrong: the apply rolled back whole, and the same entry is applied again once
+# the resource is back. Stopping on them would let a client's flood of connections (or a
+# full disk) cost the cluster a node; applying them again is deterministic.
+RESOURCE_ERRORS = ("unable to open", "out of memory", "disk i/o error", "disk is full",
+                   "database is locked")
+RESOURCE_RETRY_MAX_S = 2.0
+
+
+def is_resource_error(e: BaseException) -> bool:
+    return isinstance(e, sqlite3.OperationalError) and any(
+        text in str(e).lower() for text in RESOURCE_ERRORS)
+
+
+def retry_resource_errors(index: int, apply: Callable[[], dict[str, Any]],
+                          sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """`apply()`, tried again (backing off to RESOURCE_RETRY_MAX_S) for as long as it
+    fails for want of a resource; any other error goes to the caller."""
+    delay = 0.01
+    failures = 0
+    while True:
+        try:
+            return apply()
+        except sqlite3.OperationalError as e:
+            if not is_resource_error(e):
+                raise
+            failures += 1
+            if failures == 1 or failures % 20 == 0:
+                log.error("apply of index %d failed for want of a resource (%s), %d time(s); "
+                          "trying again", index, e, failures)
+            sleep(delay)
+            delay = min(delay * 2, RESOURCE_RETRY_MAX_S)
+
 RAFT_TUNING: dict[str, Any] = {
     "raftMinTimeout": 0.3,
     "raftMaxTimeout": 0.6,
@@ -390,12 +423,14 @@ class RaftNode(ElectionGuard, SyncObj):
         try:
             if membership.is_member_op(data):
                 with self._apply_lock:
-                    result = membership.apply_op(self._machine.conn, index, data)
+                    result = retry_resource_errors(
+                        index, lambda: membership.apply_op(self._machine.conn, index, data))
                 if self.on_members_changed is not None and not result.get("replayed"):
                     self.on_members_changed()
                 return result
             with self._apply_lock:
-                return self._machine.apply_bytes(index, data)
+                return retry_resource_errors(
+                    index, lambda: self._machine.apply_bytes(index, data))
         except UndecodableCommand as e:
             _fatal(f"log entry {index} cannot be decoded by this build: {e}")
         except Exception as e:  # noqa: BLE001

@@ -38,6 +38,8 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("alerts", "ack_note", "TEXT"),
     ("occurrences", "schedules", "TEXT"),
     ("alerts", "cause", "TEXT"),
+    ("tenants", "max_schedules", "INTEGER"),
+    ("tenants", "max_pending_runs", "INTEGER"),
 )
 
 
@@ -65,6 +67,9 @@ def open_writer(path: str, schema: str | None = None) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=OFF")
     conn.execute("PRAGMA cache_size=-65536")
+    # Sorts and large transactions spill to memory, never to a temporary file: an apply
+    # must not depend on opening a file when descriptors run short.
+    conn.execute("PRAGMA temp_store=MEMORY")
     # Checkpoints run on a background connection (see Checkpointer), not inside the
     # COMMIT of whichever apply happened to cross the WAL threshold.
     conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -137,6 +142,7 @@ class Checkpointer:
 def open_reader(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     conn.execute("PRAGMA query_only=ON")
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 

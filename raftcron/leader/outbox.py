@@ -15,8 +15,12 @@ Each round:
 1. new rows are routed (`RouteOutbox`): their receivers are fixed, one delivery state per
    (row, receiver), due at once;
 2. due deliveries are picked per receiver (at most PER_RECEIVER each, longest-due first),
-   so a receiver in backoff, or one with a thousand rows waiting, delays only itself;
-3. the outcomes are committed (`AckDeliveries`): a failure backs that delivery off
+   so a receiver in backoff, or one with a thousand rows waiting, delays only itself, and
+   each is started as its own task, within a deadline for the whole request and the caps
+   per signer (tenant) and per host: no round waits for a delivery, so a receiver that
+   drips its answer holds only its own deliveries, never another tenant's;
+3. the outcomes of the deliveries that finished are committed (`AckDeliveries`) at the
+   next round: a failure backs that delivery off
    (1, 2, 4 … 300 s, in the replicated state, so a new leader continues the schedule), and
    past the give-up bound the delivery is dead and the receiver's alert is raised.
 
@@ -32,9 +36,11 @@ import hmac
 import json
 import logging
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -53,8 +59,15 @@ POLL_S = 0.5
 ROUTE_BATCH = 200
 PER_RECEIVER = 16
 PARALLEL = 128
+# In flight at once for the receivers of one signer (one tenant, or the cluster's), and
+# for one host: one tenant's slow receivers cannot use up everyone's turn.
+PER_SIGNER = 32
+PER_HOST = 16
 ACK_BATCH = 500
 TIMEOUT_S = 5.0
+# One whole delivery: connect, send, and the answer's head. A receiver that answers slowly
+# (one byte every few seconds) is cut here, whatever each read's timeout.
+DELIVERY_DEADLINE_S = 10.0
 
 FRESH_SQL = (
     "SELECT id, payload FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
@@ -154,13 +167,21 @@ class OutboxDelivery:
         self.max_attempts = max_attempts
         self.wakeup = asyncio.Event()
         self._no_key_logged = False
+        # Deliveries started and not committed yet, by (row, receiver); the tasks running;
+        # their outcomes waiting for the next AckDeliveries.
+        self._in_flight: set[tuple[int, str]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finished: list[list[Any]] = []
+        self._by_signer: Counter[str] = Counter()
+        self._by_host: Counter[str] = Counter()
 
     def notify(self) -> None:
         self.wakeup.set()
 
     async def run(self) -> None:
         own = self.client is None
-        client = self.client or httpx.AsyncClient(timeout=TIMEOUT_S)
+        client = self.client or httpx.AsyncClient(
+            timeout=TIMEOUT_S, limits=httpx.Limits(max_connections=PARALLEL))
         reader = ThreadReader(self.open_reader, "outbox")
         try:
             while True:
@@ -172,25 +193,42 @@ class OutboxDelivery:
                     except TimeoutError:
                         pass
         finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             reader.close()
             if own:
                 await client.aclose()
 
     async def round(self, reader: ThreadReader, client: httpx.AsyncClient) -> bool:
-        """Route new rows, make the due deliveries, commit their outcomes. True when more
-        work was left than one round takes."""
+        """Commit the outcomes of the deliveries finished since the last round, route new
+        rows, and start the due deliveries that are not in flight yet and fit their caps.
+        It does not wait for a delivery: a slow receiver holds only its own turns. True
+        when more work was left than one round takes."""
+        await self._ack_finished()
         routes = await reader.run(self.fresh)
         for i in range(0, len(routes), ROUTE_BATCH):
             await self._propose(RouteOutbox(self.epoch, self.clock(), routes[i:i + ROUTE_BATCH]))
         due, keys = await reader.run(self._due_and_keys, self.clock())
-        results = await self.deliver(client, due, keys)
-        for i in range(0, len(results), ACK_BATCH):
-            await self._propose(AckDeliveries(self.epoch, self.clock(), self.give_up_ms,
-                                              self.max_attempts, results[i:i + ACK_BATCH]))
+        self.start(client, due, keys)
         per_receiver: dict[str, int] = {}
         for d in due:
             per_receiver[d.receiver] = per_receiver.get(d.receiver, 0) + 1
         return len(routes) >= ROUTE_BATCH or any(n >= PER_RECEIVER for n in per_receiver.values())
+
+    async def settle(self) -> None:
+        """Wait for every delivery in flight and commit the outcomes."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._ack_finished()
+
+    async def _ack_finished(self) -> None:
+        results, self._finished = self._finished, []
+        for i in range(0, len(results), ACK_BATCH):
+            await self._propose(AckDeliveries(self.epoch, self.clock(), self.give_up_ms,
+                                              self.max_attempts, results[i:i + ACK_BATCH]))
+        # Only now may a delivery be picked again: its committed state says when.
+        for outbox_id, receiver, _, _ in results:
+            self._in_flight.discard((outbox_id, receiver))
 
     def fresh(self, conn: sqlite3.Connection) -> list[list[Any]]:
         """Routes for rows that have no delivery state yet (new rows, and rows written
@@ -219,40 +257,55 @@ class OutboxDelivery:
                in conn.execute(DUE_SQL, (now, PER_RECEIVER))]
         return due, load_keys(conn, self.secret)
 
-    async def deliver(self, client: httpx.AsyncClient, due: list[Due],
-                      keys: KeyRing) -> list[list[Any]]:
-        """POST every due delivery (all receivers at once, at most PARALLEL requests in
-        flight); the outcomes as AckDeliveries results. A delivery whose key is not known
-        yet is not attempted (fail closed: never sent unsigned or with another key)."""
-        gate = asyncio.Semaphore(PARALLEL)
-
-        async def one(d: Due) -> list[Any] | None:
+    def start(self, client: httpx.AsyncClient, due: list[Due], keys: KeyRing) -> int:
+        """Start each due delivery not in flight yet, within the caps (PARALLEL in all,
+        PER_SIGNER for one tenant's receivers, PER_HOST for one host); the others wait for
+        a later round, in the replicated state. A delivery whose key is not known yet is
+        not attempted (fail closed: never sent unsigned or with another key). The number
+        started."""
+        started = 0
+        for d in interleaved(due):
+            if (d.outbox_id, d.receiver) in self._in_flight:
+                continue
+            host = receiver_origin(d.receiver)
+            if (len(self._tasks) >= PARALLEL or self._by_signer[d.signer] >= PER_SIGNER
+                    or self._by_host[host] >= PER_HOST):
+                continue
             secret = keys.secret_for(d.signer)
             if secret is None:
                 if not self._no_key_logged:
                     log.warning("no webhook key for %s yet: not delivering", d.signer)
                     self._no_key_logged = True
-                return None
-            body = webhook_body(d.outbox_id, d.event, d.payload, d.created_ms)
-            headers = webhook_headers(d.outbox_id, d.created_ms, d.event, secret, body)
-            async with gate:
-                try:
-                    resp = await client.post(d.receiver, content=body, headers=headers,
-                                             timeout=TIMEOUT_S)
-                except httpx.HTTPError as e:
-                    error = f"{type(e).__name__}"
-                else:
-                    if 200 <= resp.status_code < 300:
-                        self._count("delivered")
-                        return [d.outbox_id, d.receiver, True, ""]
-                    error = f"HTTP {resp.status_code}"
+                continue
+            self._in_flight.add((d.outbox_id, d.receiver))
+            self._by_signer[d.signer] += 1
+            self._by_host[host] += 1
+            task = asyncio.create_task(self._deliver_one(client, d, secret, host),
+                                       name=f"webhook-{d.outbox_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started += 1
+        return started
+
+    async def _deliver_one(self, client: httpx.AsyncClient, d: Due, secret: bytes,
+                           host: str) -> None:
+        try:
+            error = await post_webhook(client, d, secret)
+        except asyncio.CancelledError:
+            self._in_flight.discard((d.outbox_id, d.receiver))
+            raise
+        finally:
+            self._by_signer[d.signer] -= 1
+            self._by_host[host] -= 1
+        if error is None:
+            self._count("delivered")
+            self._finished.append([d.outbox_id, d.receiver, True, ""])
+        else:
             self._count("error")
             log.info("outbox row %d not delivered to %s (%s)", d.outbox_id,
                      delivery.redact_url(d.receiver), error)
-            return [d.outbox_id, d.receiver, False, error]
-
-        outcomes = await asyncio.gather(*(one(d) for d in interleaved(due)))
-        return [r for r in outcomes if r is not None]
+            self._finished.append([d.outbox_id, d.receiver, False, error])
+        self.wakeup.set()
 
     async def _propose(self, cmd: Command) -> None:
         result = await self.proposer.propose_leader(cmd)
@@ -264,6 +317,31 @@ class OutboxDelivery:
     def _count(self, result: str) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+
+async def post_webhook(client: httpx.AsyncClient, d: Due, secret: bytes) -> str | None:
+    """POST one delivery within DELIVERY_DEADLINE_S in all (connect, send, the answer's
+    status line and headers); the answer's body is not read. None when the receiver
+    answered 2xx, else why not."""
+    body = webhook_body(d.outbox_id, d.event, d.payload, d.created_ms)
+    headers = webhook_headers(d.outbox_id, d.created_ms, d.event, secret, body)
+    try:
+        async with asyncio.timeout(DELIVERY_DEADLINE_S):
+            async with client.stream("POST", d.receiver, content=body, headers=headers,
+                                     timeout=TIMEOUT_S) as resp:
+                status = resp.status_code
+    except TimeoutError:
+        return f"no answer within {DELIVERY_DEADLINE_S:g} s"
+    except httpx.HTTPError as e:
+        return type(e).__name__
+    return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def receiver_origin(url: str) -> str:
+    """scheme://host:port of a receiver URL: the unit of PER_HOST (one server)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
 def interleaved(due: list[Due]) -> list[Due]:

@@ -177,7 +177,11 @@ class Rig:
         self.client = httpx.AsyncClient()
 
     async def round(self) -> bool:
-        return await self.out.round(self.reader, self.client)
+        """One round of the duty, then its deliveries finished and their outcomes
+        committed: what the running duty does over one round and the start of the next."""
+        busy = await self.out.round(self.reader, self.client)
+        await self.out.settle()
+        return busy
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -14,7 +14,7 @@ It drives the operator's own tools, `raftcron cluster remove-node` and `add-node
    at the mark's index, or its error, and the checker compares the removed node's state
    with the others' there (it is in no final digest barrier).
 3. Remove it (`cluster remove-node`), then stop it with SIGTERM.
-4. Add the spare slot as a fresh node (`cluster add-node`, then start it with an empty
+4. Start the spare slot as a fresh node and add it (`cluster add-node`; it starts with an empty
    data directory and a config listing the current members), and wait until it has
    applied the leader's commit index: it is a caught-up voter. From here on it is a member
    like any other: faults may target it, and the final reads and the digest barrier
@@ -153,15 +153,17 @@ def replace_follower(procs: Processes, history: History, out: Path) -> None:
         stopped = procs.signal_node(removed, signal.SIGTERM)
         removed_s = time.monotonic() - began
 
-        _cli(["cluster", "add-node", "--server", servers, "--id", added,
-              "--raft-addr", raft_addr(procs.index[added]), "--http-url", procs.urls[added]],
-             env)
+        # The new node runs first: the leader adds only a node that answers at its URL,
+        # proving it holds the cluster secret and has applied nothing yet.
         procs.write_joiner_config(added)
         pid = procs.start_node(added)
         history.write("harness", "note", "node-start", node=added, pid=pid)
-        procs.set_members([*remaining, added])
         if not procs.wait_up(added, 30):
             raise StepError(f"{added} did not answer after it started")
+        _cli(["cluster", "add-node", "--server", servers, "--id", added,
+              "--raft-addr", raft_addr(procs.index[added]), "--http-url", procs.urls[added]],
+             env)
+        procs.set_members([*remaining, added])
         leader = procs.wait_leader(20)
         if leader is None:
             raise StepError("no leader after the new node joined")

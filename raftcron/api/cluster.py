@@ -10,8 +10,12 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from raftcron.api.errors import HTTPError
 from raftcron.api.heavy import heavy_reads
 from raftcron.api.jobs import ctx_of
+from raftcron.cluster import membership
+from raftcron.config import ConfigError
+from raftcron.core.errors import ValidationError
 from raftcron.state.db import META_LAST_APPLIED, last_applied
 from raftcron.state.digest import digest
 
@@ -26,7 +30,26 @@ DIGEST_KEEP_S = 3600.0
 
 
 async def cluster(request: Request) -> JSONResponse:
-    return JSONResponse(ctx_of(request).node.status())
+    """This node's view. With `?member_challenge=<hex nonce>` (asked by a leader before it
+    makes this node a voter, ops.node_ops) it also carries `member_proof`: this node's id
+    and Raft address with an HMAC over them and the nonce under a key derived from the
+    cluster secret (cluster.membership.member_proof), which only a holder of the secret
+    can compute."""
+    node = ctx_of(request).node
+    view = node.status()
+    challenge = request.query_params.get("member_challenge")
+    if challenge is not None:
+        if not membership.CHALLENGE_RE.fullmatch(challenge):
+            raise ValidationError("member_challenge", "must be 32-128 lowercase hex digits")
+        try:
+            secret = node.config.read_secret()
+        except ConfigError as e:
+            raise HTTPError(503, "unavailable", str(e), headers={"Retry-After": "1"}) from None
+        view["member_proof"] = {
+            "node_id": node.config.node_id, "raft_addr": node.config.raft_addr,
+            "proof": membership.member_proof(secret, challenge, node.config.node_id,
+                                             node.config.raft_addr)}
+    return JSONResponse(view)
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -104,16 +127,46 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if not problems else 503)
 
 
+# The fields of a peer's `/v1/cluster` that `cluster_nodes` computes with, and the types
+# they must have (None stands for "not known").
+_PEER_INTS = ("commit_index", "last_applied_index", "now_ms")
+
+
+def _bad_peer_answer(view: Any, node_id: str) -> str | None:
+    """Why a peer's `/v1/cluster` answer cannot be shown as that node's view (None: it
+    can). Whatever a peer sends (`{}`, a list, another node's view, strings for numbers)
+    becomes that peer's error in the listing, never a failure of the whole listing."""
+    if not isinstance(view, dict):
+        return f"the answer is not a JSON object but {type(view).__name__}"
+    if view.get("node_id") != node_id:
+        got = view.get("node_id")
+        return ("the answer names no node_id" if got is None
+                else f"the answer is the view of node {str(got)[:64]!r}, not {node_id!r}")
+    for key in _PEER_INTS:
+        value = view.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"the answer's {key} is not an integer"
+    if not isinstance(view.get("role"), str | None):
+        return "the answer's role is not a string"
+    return None
+
+
 async def _peer_view(client: httpx.AsyncClient, node_id: str, url: str) -> dict[str, Any]:
+    """One peer's own `/v1/cluster`, or an entry with `reachable` false and the `error`
+    that kept it from being one: no answer, an error status, or an answer that is not a
+    node's view."""
+    unreachable = {"node_id": node_id, "http_url": url, "reachable": False}
     t0 = time.time() * 1000
     try:
         resp = await client.get(f"{url}/v1/cluster", timeout=PEER_TIMEOUT_S)
+        if resp.status_code != 200:
+            return {**unreachable, "error": f"HTTP {resp.status_code}"}
         view = resp.json()
-        if not isinstance(view, dict):
-            raise ValueError("not an object")
     except (httpx.HTTPError, ValueError) as e:
-        return {"node_id": node_id, "http_url": url, "reachable": False,
-                "error": type(e).__name__}
+        return {**unreachable, "error": type(e).__name__}
+    problem = _bad_peer_answer(view, node_id)
+    if problem is not None:
+        return {**unreachable, "error": problem}
     t1 = time.time() * 1000
     offset = view["now_ms"] - (t0 + t1) / 2 if isinstance(view.get("now_ms"), int) else None
     return {**view, "http_url": url, "reachable": True, "rtt_ms": round(t1 - t0, 1),

@@ -37,11 +37,32 @@ def _error_text(resp: httpx.Response) -> str:
         return f"HTTP {resp.status_code}: {resp.text[:200]}"
 
 
+def _error_code(resp: httpx.Response) -> str | None:
+    try:
+        code = resp.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None
+
+
+def _leader_of(args: argparse.Namespace, server: str) -> str | None:
+    """The leader's URL as `server` knows it (None: not known)."""
+    try:
+        view = httpx.get(f"{server}/v1/cluster", headers=_headers(args), timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    url = view.get("leader_url") if isinstance(view, dict) else None
+    return url.rstrip("/") if isinstance(url, str) and url else None
+
+
 def _request(args: argparse.Namespace, method: str, path: str,
              body: dict[str, Any] | None = None) -> Any:
-    """One request to the first server that answers (a 503 tries the next one)."""
+    """One request to the first server that answers (a 503 tries the next one). A
+    follower refuses membership changes (503 `not_leader`): the leader it names is asked
+    next."""
     last = "no server given"
-    for server in [s.rstrip("/") for s in args.server.split(",") if s]:
+    servers = [s.rstrip("/") for s in args.server.split(",") if s]
+    for server in servers:
         try:
             resp = httpx.request(method, server + path, json=body, headers=_headers(args),
                                  timeout=30)
@@ -50,6 +71,10 @@ def _request(args: argparse.Namespace, method: str, path: str,
             continue
         if resp.status_code == 503:
             last = f"{server}: {_error_text(resp)}"
+            if _error_code(resp) == "not_leader" and len(servers) < 16:
+                leader = _leader_of(args, server)
+                if leader is not None and leader not in servers:
+                    servers.append(leader)
             continue
         if resp.status_code >= 400:
             raise RuntimeError(_error_text(resp))
@@ -61,6 +86,7 @@ def _request(args: argparse.Namespace, method: str, path: str,
 
 def cmd_backup(args: argparse.Namespace) -> int:
     from raftcron.ops.backup import BackupError, inspect
+    from raftcron.private_files import open_private
 
     out = os.path.abspath(args.out)
     if os.path.isdir(out):
@@ -82,7 +108,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
                     if resp.status_code == 503:
                         continue
                     break
-                with open(tmp, "wb") as f:
+                # 0600 from its first byte (private_files): a backup is as secret as
+                # the state, and os.replace gives `out` this file's mode.
+                with os.fdopen(open_private(tmp, os.O_WRONLY, exclusive=True), "wb") as f:
                     for chunk in resp.iter_bytes(1 << 20):
                         f.write(chunk)
                     f.flush()
@@ -144,6 +172,12 @@ def _peer_block(view: dict[str, Any], exclude: str | None = None) -> str:
 
 
 def cmd_add_node(args: argparse.Namespace) -> int:
+    from raftcron.cluster.membership import MembershipError, validate
+
+    try:  # the server checks again; this answers bad input without one
+        validate(args.id, args.raft_addr, args.http_url)
+    except MembershipError as e:
+        return _fail(f"add-node failed: {e.message} ({e.field})")
     try:
         view = _request(args, "POST", "/v1/cluster/members",
                         {"id": args.id, "raft_addr": args.raft_addr, "http_url": args.http_url})
@@ -153,12 +187,12 @@ def cmd_add_node(args: argparse.Namespace) -> int:
     if args.json:
         return 0
     if view.get("added", True):
-        print(f"\n{args.id} is a member. Start it with an empty data_dir and these peers in "
-              f"its config:\n\n{_peer_block(view, exclude=args.id)}", file=sys.stderr)
+        print(f"\n{args.id} is a member: it proved it holds the cluster's secret and "
+              "catches up by log or snapshot. Give it these peers in its config when "
+              f"convenient (the replicated records already do):\n\n"
+              f"{_peer_block(view, exclude=args.id)}", file=sys.stderr)
     else:
-        print(f"\n{args.id} was already a member with this Raft address: nothing changed. "
-              "Keep its data_dir if it has run; a node that never ran starts with an empty "
-              f"one and these peers:\n\n{_peer_block(view, exclude=args.id)}",
+        print(f"\n{args.id} was already a member with this Raft address: nothing changed.",
               file=sys.stderr)
     return 0
 
@@ -211,7 +245,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     cp = sub.add_parser("cluster", help="cluster membership")
     csub = cp.add_subparsers(dest="cluster_command", required=True)
-    add = csub.add_parser("add-node", help="add a voter (then start it)")
+    add = csub.add_parser("add-node", help="add a running node as a voter (start it first, "
+                          "with an empty data_dir and the members as its peers)")
     _api_args(add)
     add.add_argument("--id", required=True)
     add.add_argument("--raft-addr", required=True, metavar="HOST:PORT")

@@ -178,12 +178,15 @@ def test_remove_a_dead_node_and_add_a_fresh_one(tmp_path: Path) -> None:
         refused = _ops_cli(c, "cluster", "remove-node", "--server", servers, "--id", leader)
         assert refused.returncode == 2 and "leader" in refused.stderr
         _add_node_config(c, "n4", 3, alive)
+        # The new node runs first: the leader adds only a node that answers, proving it
+        # holds the cluster secret and has applied nothing yet.
+        c.start("n4")
+        wait_until(lambda: c.cluster_view("n4"), 30, message="n4 answering")
         res = _ops_cli(c, "cluster", "add-node", "--server", servers, "--id", "n4",
                        "--raft-addr", f"127.0.0.1:{c.port_base + 103}",
                        "--http-url", c.urls["n4"])
         assert res.returncode == 0, res.stderr
-        assert "n4 is a member. Start it with an empty data_dir" in res.stderr
-        c.start("n4")
+        assert "n4 is a member" in res.stderr
         digests = c.wait_converged(timeout=40)
         assert set(digests) == {*alive, "n4"}
         for nid in (*alive, "n4"):

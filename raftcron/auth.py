@@ -81,7 +81,8 @@ def parse_expires_in(text: str) -> int:
 
 
 def _write(path: str, tokens: list[dict]) -> None:
-    """Replace the tokens file atomically (mode 0600)."""
+    """Replace the tokens file atomically (mode 0600: `mkstemp` creates the file with
+    that mode, whatever the umask, before a byte of it is written)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):  # a mistyped path: a file no node would read
         raise AuthError(f"directory {directory!r} of the tokens file does not exist")
@@ -90,7 +91,6 @@ def _write(path: str, tokens: list[dict]) -> None:
         json.dump({"tokens": tokens}, f, indent=2)
         f.flush()
         os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
 

@@ -237,6 +237,17 @@ def _audit_log(value: Any) -> str:
     return value
 
 
+def _peers_over_tls(peers: list[Peer]) -> None:
+    """A node serving HTTPS calls its peers with the node token (and forwards clients'
+    requests, bearer tokens included): an `http://` peer URL would send them in clear,
+    so a TLS node refuses to start with one rather than quietly downgrade."""
+    for peer in peers:
+        if not peer.http_url.lower().startswith("https://"):
+            raise ConfigError(f"config peer {peer.id!r} has http_url {peer.http_url!r}, but "
+                              "this node serves TLS: every peer URL must be https:// (the "
+                              "node token and forwarded requests would cross in clear)")
+
+
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfig:
     try:
         with open(path, "rb") as f:
@@ -283,6 +294,8 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError("each [[peers]] entry must be a table")
         peers.append(Peer(_need(p, "id", str), _need(p, "raft_addr", str),
                           _need(p, "http_url", str)))
+    if tls_cert:
+        _peers_over_tls(peers)
     return NodeConfig(
         node_id=_need(data, "node_id", str),
         data_dir=rel(_need(data, "data_dir", str)),

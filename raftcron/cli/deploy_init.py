@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 
 from raftcron.auth import AuthError, create_token
+from raftcron.private_files import write_private
 
 SECRET_FILE = "cluster.secret"
 TOKENS_FILE = "tokens.json"
@@ -27,12 +28,6 @@ IMAGE_UID = 10001
 class DeployTokens:
     admin: str
     worker: str
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 def init_deploy(directory: str, uid: int | None = None) -> DeployTokens:
@@ -48,10 +43,11 @@ def init_deploy(directory: str, uid: int | None = None) -> DeployTokens:
         raise AuthError(f"{present[0]} exists already: remove the old files first, or keep "
                         "using them")
     secret_path, tokens_path, worker_path = paths
-    _write_private(secret_path, secrets.token_urlsafe(32) + "\n")
+    # Exclusive and 0600 from the start (private_files); tokens.json is too (auth._write).
+    write_private(secret_path, secrets.token_urlsafe(32) + "\n", exclusive=True)
     admin = create_token(tokens_path, ["admin"], "admin")
     worker = create_token(tokens_path, ["worker"], "worker")
-    _write_private(worker_path, worker + "\n")
+    write_private(worker_path, worker + "\n", exclusive=True)
     if uid is not None:
         for path in paths:
             os.chown(path, uid, uid)

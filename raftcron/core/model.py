@@ -282,6 +282,34 @@ def is_http_url(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+# RFC 7230 §3.2.6: a header name is a token; RFC 7230 §3.2: a value is visible characters
+# with spaces or tabs between them, none at either end (h11, which sends the worker's
+# requests, refuses anything else, and httpx encodes a value as ASCII).
+HEADER_NAME_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HEADER_VALUE_RE = re.compile(r"([\x21-\x7e]([\t\x20-\x7e]*[\x21-\x7e])?)?")
+
+
+def check_header(name: str, value: Any) -> None:
+    """Refuse (ValidationError naming the header) what no HTTP request can carry.
+
+    Accepting it would store a job every run of which fails at the worker (h11 refuses
+    to send it), or worse, a CR/LF would split the request. A secret reference is
+    checked for its form only: its value is known only on the worker."""
+    if not HEADER_NAME_RE.fullmatch(name):
+        raise ValidationError("target.http.headers", f"header name {name!r} is not an "
+                              "HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)")
+    if is_secret_ref(value) or HEADER_VALUE_RE.fullmatch(value):
+        return
+    bad = next((c for c in value if not ("\x20" <= c <= "\x7e" or c == "\t")), None)
+    if bad is None:
+        reason = "starts or ends with a space or tab"
+    elif ord(bad) > 0x7e and bad != "\x7f":
+        reason = f"holds the non-ASCII character U+{ord(bad):04X}"
+    else:
+        reason = f"holds the control character U+{ord(bad):04X} (only tab is allowed)"
+    raise ValidationError("target.http.headers", f"the value of header {name!r} {reason}")
+
+
 def parse_target(value: Any) -> dict[str, Any]:
     """Validate an execution target: {"shell": "..."} or {"http": {...}}."""
     if not isinstance(value, dict) or len(value) != 1:
@@ -309,14 +337,14 @@ def parse_target(value: Any) -> dict[str, Any]:
         headers = http.get("headers")
         headers = {} if headers is None else headers
         if not isinstance(headers, dict) or len(headers) > MAX_HEADERS or not all(
-            isinstance(k, str) and len(k) <= MAX_HEADER_NAME_LEN and "\n" not in k
-            and "\r" not in k
-            and (is_secret_ref(v) or (isinstance(v, str) and len(v) <= MAX_HEADER_VALUE_LEN
-                                      and "\n" not in v and "\r" not in v))
+            isinstance(k, str) and len(k) <= MAX_HEADER_NAME_LEN
+            and (is_secret_ref(v) or (isinstance(v, str) and len(v) <= MAX_HEADER_VALUE_LEN))
             for k, v in headers.items()
         ):
             raise ValidationError("target.http.headers", "must map header names to strings "
                                   'or secret references {"secret": "<name>"}')
+        for name, header_value in headers.items():
+            check_header(name, header_value)
         body = http.get("body")
         if body is not None and not is_secret_ref(body) and (
                 not isinstance(body, str) or len(body) > MAX_BODY_LEN):

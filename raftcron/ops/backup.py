@@ -23,6 +23,10 @@ N entries. Restore therefore:
 Watermarks and the cluster clock are restored as they were: instants already claimed are
 never fired again, and instants that passed while no cluster ran are handled by each job's
 misfire policy, as after any outage.
+
+A backup is as secret as the state (webhook key, target headers): the file and everything
+restore writes are mode 0600, the directories it makes 0700, from the moment they exist
+(`raftcron.private_files`), whatever the umask of the process.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from pysyncobj import pickle as raft_pickle
 
 from raftcron.cluster import membership
+from raftcron.private_files import create_private_empty, make_private_dirs, open_private
 from raftcron.state.db import META_EPOCH, META_LAST_APPLIED, get_meta, set_meta
 
 STATE_FILE = "state.db"
@@ -57,9 +62,13 @@ class BackupInfo:
 
 
 def write_backup(db_path: str, out_path: str) -> BackupInfo:
-    """Copy the state database at `db_path` into a new file `out_path`, consistently."""
-    if os.path.exists(out_path):
+    """Copy the state database at `db_path` into a new file `out_path`, consistently.
+
+    `out_path` is made empty with mode 0600 first: `VACUUM INTO` fills an empty file and
+    keeps its mode, where a file of its own would be 0644 minus the umask."""
+    if os.path.lexists(out_path):
         os.unlink(out_path)
+    create_private_empty(out_path)
     src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         src.execute("VACUUM INTO ?", (out_path,))
@@ -116,7 +125,7 @@ def restore(backup_path: str, data_dir: str, force: bool = False) -> BackupInfo:
     any of them starts.
     """
     info = inspect(backup_path)
-    os.makedirs(data_dir, exist_ok=True)
+    make_private_dirs(data_dir)
     present = _occupied(data_dir)
     if present and not force:
         raise BackupError(f"{data_dir!r} already holds node state ({', '.join(present)}); "
@@ -126,6 +135,7 @@ def restore(backup_path: str, data_dir: str, force: bool = False) -> BackupInfo:
         if os.path.exists(path):
             os.unlink(path)
     tmp = os.path.join(data_dir, f".restore-{uuid.uuid4().hex}.db")
+    create_private_empty(tmp)  # SQLite keeps its mode, and gives it to the journal
     src = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
     dst = sqlite3.connect(tmp, isolation_level=None)
     try:
@@ -145,7 +155,8 @@ def restore(backup_path: str, data_dir: str, force: bool = False) -> BackupInfo:
     # The new cluster's terms start above the restored epoch (see the module docstring).
     meta = {"currentTerm": info.epoch, "votedForNodeId": None, "raftCommitIndex": 1}
     meta_path = os.path.join(data_dir, f"{JOURNAL_FILE}.meta")
-    with open(meta_path + ".tmp", "wb") as f:
+    fd = open_private(meta_path + ".tmp", os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "wb") as f:
         f.write(raft_pickle.dumps(meta))
         f.flush()
         os.fsync(f.fileno())

@@ -1,4 +1,9 @@
-"""`raftcron up`: a local three-node cluster with a worker, in the foreground."""
+"""`raftcron up`: a local three-node cluster with a worker, in the foreground.
+
+Everything `up` writes under its data directory is private (mode 0600, directories 0700,
+`raftcron.private_files`) whatever the umask it was started with: the secret, the tokens,
+the node configs and the logs. The nodes set umask 077 for their own files.
+"""
 
 from __future__ import annotations
 
@@ -15,16 +20,16 @@ from pathlib import Path
 
 import httpx
 
+from raftcron.private_files import make_private_dirs, open_private, tighten, write_private
+
 TOKENS_FILE = "tokens.json"
 ADMIN_TOKEN_FILE = "admin.token"
 WORKER_TOKEN_FILE = "worker.token"
 
 
 def _keep_token(path: Path, token: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a file kept from an earlier run may have had another mode
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    # A file kept from an earlier run may have had another mode: open_private tightens it.
+    write_private(path, token + "\n")
 
 
 def local_tokens(data_dir: Path) -> tuple[str, str]:
@@ -50,12 +55,12 @@ def local_tokens(data_dir: Path) -> tuple[str, str]:
 
 def write_cluster_configs(data_dir: Path, nodes: int, port_base: int) -> list[Path]:
     """Generate node configs, a secret and tokens once; later runs reuse them (and the
-    state)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    state). Every file and directory is private from its creation, and those an earlier
+    build made readable by others are tightened (see `_tighten_earlier_files`)."""
+    make_private_dirs(data_dir)
     secret = data_dir / "cluster.secret"
     if not secret.exists():
-        secret.write_text(secrets.token_urlsafe(32) + "\n")
-        secret.chmod(0o600)
+        write_private(secret, secrets.token_urlsafe(32) + "\n", exclusive=True)
     local_tokens(data_dir)
     ids = [f"n{i + 1}" for i in range(nodes)]
     raft = {nid: f"127.0.0.1:{port_base + 100 + i}" for i, nid in enumerate(ids)}
@@ -74,7 +79,7 @@ def write_cluster_configs(data_dir: Path, nodes: int, port_base: int) -> list[Pa
                     lines += ["[[peers]]", f'id = "{other}"', f'raft_addr = "{raft[other]}"',
                               f'http_url = "http://127.0.0.1:{http[other]}"', ""]
             lines += _loopback_raft(raft[nid])
-            path.write_text("\n".join(lines))
+            write_private(path, "\n".join(lines))
         else:
             text = path.read_text()
             if not re.search(r"^\s*(tokens_file|auth)\s*=", text, re.MULTILINE):
@@ -85,9 +90,28 @@ def write_cluster_configs(data_dir: Path, nodes: int, port_base: int) -> list[Pa
                 # Written before the Raft port was bound to loopback: bind the address the
                 # config names (its ports came from the --port-base of its first run).
                 text = text.rstrip("\n") + "\n\n" + "\n".join(_loopback_raft(own[1]))
-            path.write_text(text)
+            write_private(path, text)
         paths.append(path)
+    _tighten_earlier_files(data_dir, ids)
     return paths
+
+
+def _tighten_earlier_files(data_dir: Path, ids: list[str]) -> None:
+    """A cluster made by an earlier build kept 0755 directories and 0644 files (state,
+    journal, logs): take the group's and others' access away. In the data directory
+    itself only from the files `up` names (it may hold files of the user's own); the
+    nodes' directories (`n1`, ...) are raftcron's alone, everything in them."""
+    for nid in ids:
+        for top, dirs, files in os.walk(data_dir / nid):
+            for name in (*dirs, *files):
+                tighten(os.path.join(top, name))
+        tighten(data_dir / nid)
+        for name in (f"{nid}.log", f"{nid}.toml"):
+            tighten(data_dir / name)
+    for name in (TOKENS_FILE, ADMIN_TOKEN_FILE, WORKER_TOKEN_FILE, "cluster.secret"):
+        tighten(data_dir / name)
+    for log in data_dir.glob("worker*.log"):
+        tighten(log)
 
 
 def _loopback_raft(raft_addr: str) -> list[str]:
@@ -98,7 +122,8 @@ def _loopback_raft(raft_addr: str) -> list[str]:
 
 def _spawn(args: list[str], log_path: Path, token: str | None = None
            ) -> subprocess.Popen[bytes]:
-    log = open(log_path, "ab")
+    # A log shows job output and errors that may quote the state: 0600 like the rest.
+    log = os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab")
     env = dict(os.environ)
     env.pop("RAFTCRON_TOKEN", None)
     if token:

@@ -25,7 +25,10 @@ from chaos import (
     checks_effects,
     checks_groups,
     checks_inputs,
+    checks_lateness,
     checks_membership,
+    checks_observed,
+    checks_outcomes,
     checks_retention,
     checks_schedule,
     checks_tenants,
@@ -45,20 +48,26 @@ COVERAGE_KINDS = (
     "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
     "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
+    "calendars", "several_schedules", "groups",
 )
 # Every check, by the name its violations carry: the report lists each with its count.
 CHECKS = (
     # evidence (checks_inputs)
     "meta_missing", "history_missing", "final_missing", "sink_missing", "proxy_missing",
-    "corrupt_line", "final_read_missing", "final_read_incomplete", "fault_plan_missing",
+    "corrupt_line", "final_read_missing", "final_read_incomplete", "attempts_read_missing",
+    "fault_plan_missing",
     "fault_not_started", "fault_not_healed", "fault_not_run", "coverage_missing",
     "digest_not_compared", "digest_divergence",
     # effects (checks_effects)
-    "double_effect", "stale_write", "token_order", "token_reused", "early_fire",
-    "success_without_effect",
+    "double_effect", "double_execution", "stale_write", "token_order", "token_reused",
+    "early_fire", "success_without_effect",
+    # lateness outside fault windows (checks_lateness)
+    "late_start",
     # schedules (checks_schedule)
     "lost_instant", "unscheduled_instant", "version_order", "version_unknown",
-    "stuck_occurrence", "misfire_policy", "unexplained_skip",
+    "stuck_occurrence", "misfire_policy",
+    # skip reasons and outcomes against the job's spec (checks_outcomes)
+    "unexplained_skip", "skip_reason_wrong", "outcome_wrong",
     # this module
     "duplicate_scheduled", "duplicate_manual", "duplicate_sink", "trigger_not_idempotent",
     "rerun_after_success", "dst", "lost_ack",
@@ -144,12 +153,17 @@ def check_run(run: dict[str, Any],
     ops = _client_ops(hist)
 
     checks_inputs.check_inputs(rep, run)
-    membership = checks_membership.check_membership(rep, run, required=bool(meta.get("profile")))
+    # Required of every run: a run directory without them is no evidence, whatever its
+    # meta.json says (a missing profile once made both optional).
+    membership = checks_membership.check_membership(rep, run, required=True)
     # A node removed mid-run is checked like the others on its read at the removal, up to
     # its cut-off (`checked_until`).
     departed = checks_membership.departed_nodes(run)
-    attempts = {**(final.get("attempts") or {}),
-                **{nid: node.get("attempts") or {} for nid, node in departed.items()}}
+    read_attempts = {**(final.get("attempts") or {}),
+                     **{nid: node.get("attempts") or {} for nid, node in departed.items()}}
+    # Every attempt of the run on every node: the final reads hold only the last retention,
+    # the observations the rest (chaos/checks_observed.py).
+    attempts = checks_observed.node_attempts(read_attempts, run.get("observed") or [])
     with_departed = {**run, "final": {**final, "nodes": {**(final.get("nodes") or {}),
                                                          **departed}}}
     # Occurrences that retention pruned legitimately are put back (with their observed
@@ -163,19 +177,28 @@ def check_run(run: dict[str, Any],
         (h.get("cluster_wall", 0) for h in hist), default=0)
     checks_schedule.check_schedules(rep, nodes, ops, window_end, attempts)
     checks_calendar.check_calendars(rep, nodes, ops, window_end)
+    checks_outcomes.check_outcomes(rep, nodes, ops)
     dst = _check_dst(rep, nodes, ops, window_end)
     sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops)
     _check_acks(rep, nodes, ops)
     quotas = checks_tenants.tenant_quotas(ops, nodes)
     quota_skips = checks_tenants.check_fire_quotas(rep, nodes, quotas)
-    all_attempts = checks_effects.merged_attempts(
-        {**attempts, "observed": checks_retention.observed_attempts(run.get("observed") or [])})
-    running_at_end = {a["id"] for per in attempts.values() for lst in (per or {}).values()
+    all_attempts = checks_effects.merged_attempts(attempts)
+    running_at_end = {a["id"] for per in read_attempts.values() for lst in (per or {}).values()
                       for a in lst or [] if a.get("status") == "running"}
+    effects = checks_effects.resolve_offers(
+        [s for s in records if s.get("event", "offer") in ("offer", "start")], nodes,
+        all_attempts)
+    effect_at = {s["attempt"]: s["cluster_wall"] for s in effects
+                 if s.get("attempt") and s.get("cluster_wall") is not None}
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
-                                            window_end, running_at_end)
+                                            window_end, running_at_end, effect_at)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
-    backups = checks_backup.check_backup(rep, hist, required=bool(meta.get("profile")))
+    lateness = checks_lateness.check_lateness(
+        rep, nodes, all_attempts, effects, ops, hist, windows, window_end,
+        {t for t, q in quotas.items() if q.get("max_concurrent_runs") is not None},
+        meta.get("jobs_created_cluster_wall"))
+    backups = checks_backup.check_backup(rep, hist, required=True)
 
     stats = {
         "failover": _failover(nodes, windows),
@@ -197,9 +220,12 @@ def check_run(run: dict[str, Any],
                                               "digest_mark")}
                        for h in membership],
         "groups": groups,
+        "lateness": lateness,
     }
     stats["coverage"]["quota_skips"] = quota_skips
     stats["coverage"]["retention_prunes"] = pruned
+    stats["coverage"].update(checks_calendar.coverage(nodes))
+    stats["coverage"]["groups"] = sum(groups["counted"].values())
     checks_inputs.check_coverage(rep, stats["coverage"], required_coverage)
     unknown = sorted(set(rep.violations) - set(CHECKS))
     counts = {k: len(rep.violations.get(k, [])) for k in (*CHECKS, *unknown)}

@@ -15,8 +15,11 @@ instants come from the product's own union (core.schedule_set) and calendar
 - calendar_not_skipped: an excluded instant not recorded `skipped` / `calendar:<name>`;
 - calendar_wrong_skip: an instant the calendar does not exclude recorded as skipped by it.
 
-checks_schedule leaves these two jobs to this module (it checks single schedules and
-knows no calendar reasons).
+checks_schedule leaves these two jobs' instants to this module (it checks single
+schedules and knows no calendar reasons) and checks their misfire decisions as every other
+job's; chaos/checks_outcomes.py their skip reasons. `coverage` counts what the run showed
+of them (required coverage kinds `calendars` and `several_schedules`: a run whose calendar
+job never fired, or was never created, is no evidence).
 """
 
 from __future__ import annotations
@@ -152,3 +155,23 @@ def check_calendars(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
                     window_end: float) -> None:
     check_multi_schedule(rep, nodes, ops, window_end)
     check_calendar(rep, nodes, ops, window_end)
+
+
+def coverage(nodes: dict[str, Any]) -> dict[str, int]:
+    """On the node that shows the most: `calendars`, the calendar job's instants that ran
+    and that its calendar skipped, whichever are fewer; `several_schedules`, the union
+    job's runs that both schedules named."""
+    reason = skip_reason(CALENDAR)
+    cal = multi = 0
+    for node in nodes.values():
+        ran = skipped = both = 0
+        for o in node.get("occurrences", []):
+            if o["kind"] != "scheduled":
+                continue
+            if o["job_id"] == CALENDAR_JOB:
+                ran += o["status"] not in ("skipped", "pending", "pruned")
+                skipped += o["status"] == "skipped" and o["reason"] == reason
+            elif o["job_id"] == MULTI_JOB and o["status"] not in ("skipped", "pruned"):
+                both += len(o.get("schedules") or []) > 1
+        cal, multi = max(cal, min(ran, skipped)), max(multi, both)
+    return {"calendars": cal, "several_schedules": multi}

@@ -14,6 +14,11 @@ when its token is at least the highest accepted so far for its key, and *stale* 
 - double_effect: two accepted effects of different attempts of one occurrence although
   the first attempt's completion was acknowledged (`succeeded` on a node): a succeeded run
   ran again;
+- double_execution: one attempt offered its effect twice or more. The effect is one
+  `curl` without retry at the end of the job (an HTTP target: one request), and a worker
+  starts an attempt only once its lease is acknowledged, so two offers of one attempt mean
+  its job ran twice, whatever the tokens (the fence calls a second offer at the same token
+  a replay, which a guarded resource would let through);
 - early_fire: a scheduled effect that reached the sink more than the clock guard's bound
   plus the sink's clock error before its instant;
 - success_without_effect: a `succeeded` occurrence of a sink-writing job whose succeeded
@@ -103,23 +108,30 @@ def sink_writing_jobs(ops: list[dict[str, Any]]) -> set[str]:
     return out
 
 
-def check_effects(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any],
-                  attempts: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    merged = merged_attempts(attempts)
+def resolve_offers(sink: list[dict[str, Any]], nodes: dict[str, Any],
+                   merged: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The offers, each naming its attempt and instant. HTTP targets do not name their
+    attempt: the token (unique per attempt) does."""
     by_token = {a["fencing_token"]: a["id"] for lst in merged.values() for a in lst
                 if a.get("fencing_token") is not None}
-    # HTTP targets do not name their attempt: the token (unique per attempt) does.
     sched_of = {o["id"]: o["scheduled_for"] for n in nodes.values()
                 for o in n.get("occurrences", [])}
-    sink = [s if s.get("attempt") and s.get("scheduled_for") else
+    return [s if s.get("attempt") and s.get("scheduled_for") else
             {**s, "attempt": s.get("attempt") or by_token.get(int(s.get("token", -1))),
              "scheduled_for": s.get("scheduled_for") or sched_of.get(s.get("occurrence"))}
             for s in sink]
+
+
+def check_effects(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any],
+                  attempts: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    merged = merged_attempts(attempts)
+    sink = resolve_offers(sink, nodes, merged)
     offers = replay_fence(sink)
     status_of = {a["id"]: a["status"] for lst in merged.values() for a in lst}
     kinds = {o["id"]: o["kind"] for n in nodes.values() for o in n.get("occurrences", [])}
     _check_tokens(rep, offers, merged, status_of)
     reexec = _check_double_effect(rep, offers, status_of)
+    _check_double_execution(rep, offers)
     early = _check_early(rep, offers, kinds)
     _check_success_has_effect(rep, offers, nodes, merged, sink_writing_jobs(ops))
     stale = [o for o in offers if o["fence"] == "stale"]
@@ -187,6 +199,20 @@ def _check_double_effect(rep: Report, offers: list[dict[str, Any]],
                     problem=f"{first} was acknowledged as succeeded, yet "
                             f"{attempts[1]} wrote its effect too")
     return reexec
+
+
+def _check_double_execution(rep: Report, offers: list[dict[str, Any]]) -> None:
+    by_attempt: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in offers:
+        if s.get("attempt"):
+            by_attempt[s["attempt"]].append(s)
+    for attempt, lst in sorted(by_attempt.items()):
+        if len(lst) > 1:
+            rep.add("double_execution", occurrence=lst[0].get("occurrence"), attempt=attempt,
+                    offers=len(lst), tokens=[s.get("token") for s in lst],
+                    seqs=[s.get("seq") for s in lst],
+                    workers=sorted({str(s.get("worker")) for s in lst}),
+                    problem="one attempt wrote its effect more than once: its job ran twice")
 
 
 def _check_early(rep: Report, offers: list[dict[str, Any]],

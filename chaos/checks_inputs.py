@@ -1,10 +1,11 @@
 """Fail-closed checks on the run's inputs: a run whose evidence is missing is INVALID.
 
 Every absence gets its own violation name, so "nothing was seen" can never read as
-"nothing went wrong": no history, a corrupt line, no final read (or an incomplete one),
-no sink or proxy log, a fault that failed to start, did not stop cleanly or was never run,
-digests that were not compared at one index on every node, and a failure kind the run was
-meant to exercise but did not.
+"nothing went wrong": no history, a corrupt line, no final read (or an incomplete one, or
+fewer than a cluster's nodes), no attempts read (or a failed one), no sink or proxy log, a
+fault that failed to start, did not stop cleanly or was never run, digests that were not
+compared at one index on every node, and a failure kind the run was meant to exercise but
+did not.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from chaos.report_model import Report
 # The files a run directory must hold (meta.json, history.jsonl, final.json, sink.jsonl,
 # proxy.jsonl); load_run names each missing one.
 RUN_FILES = ("meta", "history", "final", "sink", "proxy")
+MIN_MEMBERS = 3  # a run's cluster: its final reads must hold at least this many nodes
 
 
 def check_inputs(rep: Report, run: dict[str, Any]) -> None:
@@ -44,11 +46,37 @@ def check_inputs(rep: Report, run: dict[str, Any]) -> None:
         elif node.get("occurrences_incomplete") or not node.get("cluster"):
             rep.add("final_read_incomplete", node=nid,
                     problem="occurrence pages or the cluster view could not be read")
+    if "final" not in run.get("missing_files", []) and 0 < len(expected) < MIN_MEMBERS:
+        rep.add("final_read_missing", nodes=sorted(expected),
+                problem=f"final reads of {len(expected)} node(s): a cluster has "
+                        f"{MIN_MEMBERS}")
+    _check_attempt_reads(rep, final, expected, run.get("departed") or {})
     if "sink" not in run.get("missing_files", []) and not run.get("sink"):
         rep.add("sink_missing", problem="sink.jsonl holds no offer: no job effect was seen")
     if "proxy" not in run.get("missing_files", []) and not run.get("proxy"):
         rep.add("proxy_missing", problem="proxy.jsonl is empty (the proxy writes a start "
                                          "line): the ack-loss proxy did not run")
+
+
+def _check_attempt_reads(rep: Report, final: dict[str, Any], expected: set[str],
+                         departed: dict[str, Any]) -> None:
+    """attempts_read_missing: a node's attempts were not read at all, or the read of an
+    occurrence's attempts failed (None, and not answered 404: pruned meanwhile). A failed
+    read is no evidence that the occurrence had no attempts."""
+    attempts = final.get("attempts") or {}
+    gone = final.get("attempts_gone") or {}
+    reads = {nid: attempts.get(nid) for nid in expected if (final.get("nodes") or {}).get(nid)}
+    reads.update({nid: node.get("attempts") for nid, node in departed.items()
+                  if node.get("checked_until")})
+    for nid, per in sorted(reads.items()):
+        if per is None:
+            rep.add("attempts_read_missing", node=nid, problem="no attempts read of the node")
+            continue
+        failed = sorted(o for o, lst in per.items() if lst is None
+                        and o not in set(gone.get(nid) or []))
+        if failed:
+            rep.add("attempts_read_missing", node=nid, occurrences=len(failed),
+                    examples=failed[:10], problem="these attempt reads failed")
 
 
 def expected_nodes(hist: list[dict[str, Any]]) -> set[str]:

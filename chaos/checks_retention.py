@@ -69,19 +69,15 @@ def _check_observed(rep: Report, observed: list[dict[str, Any]], first_instant: 
 
 
 def last_seen(observed: list[dict[str, Any]]) -> dict[str, tuple[float, dict[str, Any]]]:
-    """occurrence id -> (when, occurrence) of its latest observation."""
+    """occurrence id -> (when, occurrence) of its latest observation on any member; a
+    finished state is never replaced by an unfinished one (every member is observed, and
+    one that lags still shows running what another shows finished)."""
     out: dict[str, tuple[float, dict[str, Any]]] = {}
     for o in sorted((o for o in observed if o.get("node")), key=lambda o: o["cluster_wall"]):
         for occ in o.get("occurrences") or []:
-            out[occ["id"]] = (o["cluster_wall"], occ)
-    return out
-
-
-def observed_attempts(observed: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """occurrence id -> its attempts, from the latest observation that read them."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for o in sorted((o for o in observed if o.get("node")), key=lambda o: o["cluster_wall"]):
-        out.update(o.get("attempts") or {})
+            cur = out.get(occ["id"])
+            if cur is None or occ["status"] in FINISHED or cur[1]["status"] not in FINISHED:
+                out[occ["id"]] = (o["cluster_wall"], occ)
     return out
 
 

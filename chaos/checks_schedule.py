@@ -15,10 +15,10 @@ was in force (creates and acknowledged edits in the history, the final job reads
 - stuck_occurrence: `pending` or `running` at the final read, with no activity for longer
   than the job's heartbeat timeout plus a grace (on a node removed mid-run: at its
   cut-off, unless the members' reads at the end show it finished);
-- misfire_policy / unexplained_skip: misfire decisions against `skip`, `run_once` and
-  `catch_up` (runs of consecutive missed instants after an outage: `run_once` fires only
-  the latest, `catch_up` the latest `catch_up_max`, `skip` none), and skips without a
-  policy reason.
+- misfire_policy: misfire decisions against `skip`, `run_once` and `catch_up` (runs of
+  consecutive missed instants after an outage: `run_once` fires only the latest,
+  `catch_up` the latest `catch_up_max`, `skip` none). Skip reasons and outcomes against
+  the job's spec: chaos/checks_outcomes.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ LOOKAHEAD_S = 1.0
 # Instants this close to the final read may not be claimed yet (lookahead 1 s + 1 s).
 END_MARGIN_S = 2.0
 STUCK_GRACE_S = 10.0
-SKIP_REASONS = ("misfire", "overlap", "paused", "quota")
 # A job created without these fields gets the product's defaults (the checker once assumed
 # `skip` while jobs default to `run_once`, and flagged every correct late run as a
 # violation).
@@ -162,6 +161,9 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
                     window_end: float, attempts: dict[str, Any]) -> None:
     versions = job_versions(ops, nodes)
     policies = job_policies(ops, nodes)
+    special = {op["invoke"]["job"] for op in ops if op["f"] == "create"
+               and (op.get("done") or {}).get("type") == "ok"
+               and checked_here(op["invoke"].get("spec") or {})}
     finished_at_end = _finished_at_end(nodes)
     for nid, node in sorted(nodes.items()):
         # A node removed mid-run was read complete up to its cut-off, not to the run's end.
@@ -177,6 +179,11 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
             if not _versions_known(rep, nid, job, occs, vs):
                 continue
             _check_lost(rep, nid, job, occs, vs, end, claims)
+            _check_policy(rep, nid, job, occs, policies.get(job, DEFAULTS))
+        # Several schedules and calendars: their instants are checked by checks_calendar,
+        # their misfire decisions here, like every other job's.
+        for job in sorted(special):
+            occs = sorted(by_job.get(job, []), key=lambda o: o["scheduled_for"])
             _check_policy(rep, nid, job, occs, policies.get(job, DEFAULTS))
         _check_stuck(rep, nid, node, policies, end, attempts.get(nid) or {},
                      finished_at_end if node.get("checked_until") else set())
@@ -295,9 +302,6 @@ def _check_policy(rep: Report, nid: str, job: str, occs: list[dict[str, Any]],
         run.clear()
 
     for o in occs:
-        if o["status"] == "skipped" and o["reason"] not in SKIP_REASONS:
-            rep.add("unexplained_skip", node=nid, job=job, occurrence=o["id"],
-                    reason=o["reason"])
         late = (ts(o["created_at"]) or 0) - (ts(o["scheduled_for"]) or 0)
         if late > grace + 0.001:
             run.append((o, late))

@@ -29,6 +29,10 @@ QUOTAS = ("max_jobs", "max_concurrent_runs", "max_fires_per_minute")
 CONCURRENCY_MARGIN_S = 1.0
 CLOCK_FAULTS = ("clock-bump", "clock-bump-leader", "clock-strobe")
 CLOCK_FAULT_SLACK_S = 2.0
+# A run's lease or completion happened within this of its effect (the leases taken ahead,
+# the command's own sleep, a completion retried): an effect this long after a clock fault
+# ended may still have had its lease or finish stamped during it.
+REAL_SLACK_S = 10.0
 
 
 def tenant_quotas(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, dict]:
@@ -91,30 +95,42 @@ def _clock_fault_during(start: float, stop: float, windows: list[dict[str, Any]]
                and start <= (w["stop"] or end) + CLOCK_FAULT_SLACK_S for w in windows)
 
 
-def _clock_fault_near(t: float, windows: list[dict[str, Any]], end: float) -> bool:
-    """Could a node under a clock fault have stamped `t`? Its stamps lie in the fault's
-    window shifted by the offset it set: a bump moves them by `offset_ms` (262 s ahead,
-    a follower's completion stamps lay minutes after the window), a strobe by 0 to
-    `delta_ms`."""
+def _clock_fault_near(t: float, windows: list[dict[str, Any]], end: float,
+                      real: float | None = None) -> bool:
+    """Could a node under a clock fault have stamped `t`? A stamp taken during the fault's
+    window (with slack) may be anything; one taken by the skewed node lies in the window
+    shifted by the offset it set (a bump by `offset_ms`: 262 s ahead, a follower's
+    completion stamps lay minutes after the window; a strobe by 0 to `delta_ms`). The
+    shifted range is exempt only for an event known to have happened during the window:
+    `real`, the harness's own time of it (the attempt's effect at the sink). Without it,
+    only the window itself: a shift of up to 262 s either side would exempt most of a
+    run."""
     for w in windows:
         if w["kind"] not in CLOCK_FAULTS:
             continue
+        lo, hi = w["start"] - CLOCK_FAULT_SLACK_S, (w["stop"] or end) + CLOCK_FAULT_SLACK_S
+        if lo <= t <= hi:
+            return True
+        if real is None or not lo <= real <= hi + REAL_SLACK_S:
+            continue
         info = w.get("info") or {}
         shifts = [0.0, (info.get("offset_ms") or 0) / 1000, (info.get("delta_ms") or 0) / 1000]
-        if (w["start"] + min(shifts) - CLOCK_FAULT_SLACK_S <= t
-                <= (w["stop"] or end) + max(shifts) + CLOCK_FAULT_SLACK_S):
+        if lo + min(shifts) <= t <= hi + max(shifts):
             return True
     return False
 
 
 def check_concurrency(rep: Report, nodes: dict[str, Any], attempts: dict[str, list[dict]],
                       quotas: dict[str, dict], windows: list[dict[str, Any]],
-                      window_end: float, running_at_end: set[str] | None = None) -> int:
+                      window_end: float, running_at_end: set[str] | None = None,
+                      effects: dict[str, float] | None = None) -> int:
     """The concurrency check over every attempt known (final reads and observations);
     the most attempts seen running at once in a limited tenant. `running_at_end`: the
     attempts a final read shows running (None: every attempt whose status is running).
     Only those run until the end of the window; one last *observed* running whose final
-    read is gone (retention pruned it) has an unknown end and is not counted."""
+    read is gone (retention pruned it) has an unknown end and is not counted. `effects`:
+    attempt id -> when its effect reached the sink (the real time of the run)."""
+    effects = effects or {}
     tenant_of = {o["id"]: o.get("tenant", "default")
                  for node in nodes.values() for o in node.get("occurrences", [])}
     spans: dict[str, list[tuple[float, float | None, str]]] = defaultdict(list)
@@ -124,13 +140,14 @@ def check_concurrency(rep: Report, nodes: dict[str, Any], attempts: dict[str, li
             continue
         for a in lst or []:
             start = ts(a.get("leased_at"))
-            if start is None or _clock_fault_near(start, windows, window_end):
+            real = effects.get(a["id"])
+            if start is None or _clock_fault_near(start, windows, window_end, real):
                 continue  # no lease time, or one a skewed leader may have stamped
             end = ts(a.get("finished_at"))
             if end is None and a["status"] == "running" and (
                     running_at_end is None or a["id"] in running_at_end):
                 end = window_end
-            if end is not None and (_clock_fault_near(end, windows, window_end)
+            if end is not None and (_clock_fault_near(end, windows, window_end, real)
                                     or _clock_fault_during(start, end, windows, window_end)):
                 end = None  # its finish time may come from a skewed clock: not counted
             spans[tenant].append((start, end, a["id"]))

@@ -47,14 +47,35 @@ def read_node(http: httpx.Client, base: str) -> dict[str, Any]:
     return node
 
 
-def read_attempts(http: httpx.Client, base: str, occ_ids: list[str]) -> dict[str, Any]:
-    """occurrence id -> its attempt list (None where the read failed), 8 at a time."""
+def read_attempts_checked(http: httpx.Client, base: str, occ_ids: list[str]
+                          ) -> tuple[dict[str, Any], list[str]]:
+    """occurrence id -> its attempt list (None where the read failed), 8 at a time, and the
+    occurrences that were gone (404: retention pruned them between the two reads)."""
     from concurrent.futures import ThreadPoolExecutor
     from urllib.parse import quote
 
+    gone: list[str] = []
+
     def one(occ_id: str) -> tuple[str, Any]:
-        data = _get(http, base + "/v1/occurrences/" + quote(occ_id, safe=""))
-        return occ_id, (data or {}).get("attempt_list")
+        url = base + "/v1/occurrences/" + quote(occ_id, safe="")
+        for _ in range(5):
+            try:
+                r = http.get(url)
+                if r.status_code == 200:
+                    return occ_id, r.json().get("attempt_list")
+                if r.status_code == 404:
+                    gone.append(occ_id)
+                    return occ_id, None
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.5)
+        return occ_id, None
 
     with ThreadPoolExecutor(8) as pool:
-        return dict(pool.map(one, occ_ids))
+        out = dict(pool.map(one, occ_ids))
+    return out, sorted(gone)
+
+
+def read_attempts(http: httpx.Client, base: str, occ_ids: list[str]) -> dict[str, Any]:
+    """occurrence id -> its attempt list (None where the read failed or found nothing)."""
+    return read_attempts_checked(http, base, occ_ids)[0]

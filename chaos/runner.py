@@ -23,7 +23,12 @@ from chaos.nemesis import Nemesis, plan
 from chaos.netns import Netns
 from chaos.observer import Observer
 from chaos.procs import RETENTION_S, Processes
-from chaos.reads import _get, read_attempts, read_node  # noqa: F401 (_get: tests)
+from chaos.reads import (  # noqa: F401 (_get, read_attempts: tests)
+    _get,
+    read_attempts,
+    read_attempts_checked,
+    read_node,
+)
 from chaos.workload import DST_LEAD_S, DST_TRANSITION_UTC, Driver
 from raftcron.core.protocol import PROTOCOL_LEVEL
 
@@ -280,14 +285,16 @@ def final_reads(procs: Processes, history: History, out: Path) -> None:
     # (each node serves its own reads: one after another, this was 35 s of every run).
     from concurrent.futures import ThreadPoolExecutor
 
-    def attempts_of(nid: str) -> dict[str, Any]:
-        return read_attempts(http, procs.urls[nid], [o["id"] for o in final["nodes"][nid][
-            "occurrences"] if o["attempts"]])
+    def attempts_of(nid: str) -> tuple[dict[str, Any], list[str]]:
+        return read_attempts_checked(http, procs.urls[nid], [
+            o["id"] for o in final["nodes"][nid]["occurrences"] if o["attempts"]])
 
     with ThreadPoolExecutor(len(final["nodes"]) or 1) as pool:
-        attempts = dict(zip(final["nodes"], pool.map(attempts_of, final["nodes"]),
-                            strict=True))
-    final["attempts"] = attempts
+        reads = dict(zip(final["nodes"], pool.map(attempts_of, final["nodes"]), strict=True))
+    # A failed read is None in `attempts`; one of an occurrence pruned meanwhile (404) is
+    # None too, and named in `attempts_gone`: the checker calls the others missing.
+    final["attempts"] = {nid: r[0] for nid, r in reads.items()}
+    final["attempts_gone"] = {nid: r[1] for nid, r in reads.items()}
     final["read_at_wall"] = time.time()
     (out / "final.json").write_text(json.dumps(final))
     http.close()

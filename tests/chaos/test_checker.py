@@ -103,7 +103,8 @@ def clean_run() -> dict[str, Any]:
         "departed": {"n0": departed},
         "final": {"nodes": nodes,
                   "digests": {n: {"node_id": n, **digest} for n in ("n1", "n2", "n3")},
-                  "attempts": {"n1": attempts}},
+                  # every member's attempts read (one object: tests edit them once)
+                  "attempts": {"n1": attempts, "n2": attempts, "n3": attempts}},
         "sink": sink, "proxy": [{"event": "start"}],
     }
 
@@ -139,8 +140,11 @@ def membership_change(at: float, *, removed: str, added: str,
 
 
 def add_effects(run: dict[str, Any], occs: list[dict[str, Any]]) -> None:
-    """Give new succeeded occurrences their attempt (on n1) and their sink offer."""
+    """Give new succeeded occurrences their attempt (on n1) and their sink offer (the
+    only one of their attempt: an offer of an occurrence they replace goes)."""
     seq = max(s["seq"] for s in run["sink"])
+    ids = {o["id"] for o in occs}
+    run["sink"] = [s for s in run["sink"] if s.get("occurrence") not in ids]
     for i, o in enumerate(occs):
         token = 5_000_000_001 + i
         run["final"]["attempts"]["n1"][o["id"]] = [
@@ -262,6 +266,18 @@ def test_token_reused_by_two_attempts() -> None:
     s = run["sink"][5]
     run["sink"].append({**s, "attempt": s["attempt"][:-1] + "2"})
     assert "token_reused" in check(run)["violations"]
+
+
+def test_two_offers_of_one_attempt_are_a_double_execution() -> None:
+    """The effect is one curl without retry: a second offer of the same attempt and token
+    (which the fence calls a replay) means the job ran twice (issue 37, item 2)."""
+    run = clean_run()
+    s = run["sink"][5]
+    run["sink"].append({**s, "seq": 10_000, "cluster_wall": s["cluster_wall"] + 3})
+    summary = check(run)
+    assert set(summary["violations"]) == {"double_execution"}
+    [x] = summary["violations"]["double_execution"]
+    assert (x["attempt"], x["tokens"]) == (s["attempt"], [s["token"], s["token"]])
 
 
 def test_early_fire() -> None:

@@ -300,3 +300,30 @@ def test_a_finish_stamped_far_from_a_clock_fault_the_run_spanned_is_not_counted(
                        for t, at in (("invoke", MINUTE + 5), ("start", MINUTE + 5),
                                      ("stop", MINUTE + 10))]
     assert check(run)["violations"] == {}
+
+
+def test_a_clock_bumps_offset_does_not_exempt_runs_long_after_it() -> None:
+    """A follower bumped 100 s ahead for a second: stamps its skewed clock took lie up to
+    100 s after the window, but only for events that happened in the window (issue 37,
+    item 8). Three runs at once 45 s after the bump, their effects at the sink then too,
+    were once exempted by the whole shifted range; they are counted."""
+    bump_from, bump_to = MINUTE + 5, MINUTE + 6
+    spans = [(MINUTE + 50, MINUTE + 53), (MINUTE + 50.2, MINUTE + 53),
+             (MINUTE + 50.4, MINUTE + 53)]
+    run = with_attempts(quota_run(3, 0, concurrent=2), spans)
+    run["history"] += [{"seed": 7, "process": "nemesis", "type": t, "f": "clock-bump",
+                        "op": 32, "cluster_wall": at, "wall": at, "mono": 0,
+                        "targets": ["n2"], "offset_ms": 100_000}
+                       for t, at in (("invoke", bump_from), ("start", bump_from),
+                                     ("stop", bump_to))]
+    v = check(run)["violations"]
+    assert set(v) == {"quota_concurrency_exceeded"}
+    # The same stamps for runs whose effects reached the sink during the bump: explained.
+    t2 = [o for o in run["final"]["nodes"]["n1"]["occurrences"] if o.get("tenant") == "t2"]
+    for i, o in enumerate(t2[:3]):
+        run["sink"].append({"event": "offer", "seq": 40_000 + i, "key": o["id"],
+                            "occurrence": o["id"], "job": o["job_id"],
+                            "attempt": o["id"] + "~1", "token": 7,
+                            "scheduled_for": o["scheduled_for"],
+                            "cluster_wall": bump_from + 0.5})
+    assert "quota_concurrency_exceeded" not in check(run)["violations"]

@@ -34,7 +34,9 @@ REJECTION_STATUS = {
     errors.CONFLICT: 409,
     errors.INVALID_STATE: 409,
     errors.STALE_EPOCH: 503,
-    errors.QUOTA_EXCEEDED: 403,
+    # A quota is state (what the tenant holds), not permission: 409, or 429 for the ones
+    # that pass with time (rate_limited: max_fires_per_minute, max_pending_runs).
+    errors.QUOTA_EXCEEDED: 409,
     errors.POLICY_DENIED: 403,
     errors.RATE_LIMITED: 429,
     errors.FORBIDDEN: 403,
@@ -76,10 +78,15 @@ def rejection_error(result: dict[str, Any]) -> HTTPError:
         extra["quota"] = quota
         if quota not in message:
             message = f"{message} (quota {quota})"
+        # The quota's limit, what the tenant uses of it, and what the request asked for.
+        extra.update({k: result[k] for k in ("limit", "used", "requested")
+                      if isinstance(result.get(k), int)})
     if code == errors.NOT_UPGRADED:
         extra.update({k: result[k] for k in ("feature", "cluster_level", "required_level")
                       if k in result})
-    if code == errors.RATE_LIMITED:
+    if code == errors.RATE_LIMITED and quota == "max_pending_runs":
+        headers["Retry-After"] = "30"  # passes as runs start, not at a minute's turn
+    elif code == errors.RATE_LIMITED:
         headers["Retry-After"] = str(max(1, 60 - int(time.time()) % 60))
     return HTTPError(REJECTION_STATUS.get(code, 409), code, message, result.get("field"),
                      headers, extra)

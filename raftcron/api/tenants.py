@@ -1,5 +1,6 @@
 """/v1/tenants: per-tenant quotas and policy (admin writes; readers see the tenants they
-may see). The PUT body replaces every field: one left out is null (unlimited / any)."""
+may see). The PUT body replaces every field: one left out is null (the quota's default or
+unlimited, see core.tenant_policy; any, for a policy list)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause, visible_tenants
-from raftcron.api.context import request_id
+from raftcron.api.context import ApiContext, request_id
 from raftcron.api.errors import HTTPError, json_body
 from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE, json_int
-from raftcron.core.tenant_policy import parse_policy, policy_from_row, spec_violation
+from raftcron.core.protocol import TENANT_QUOTAS_LEVEL
+from raftcron.core.tenant_policy import (
+    QUOTA_FIELDS,
+    QUOTA_MAX,
+    TenantQuotas,
+    parse_policy,
+    policy_from_row,
+    spec_violation,
+)
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.state.tenants import PENDING_SQL, USAGE_SQL
 
-QUOTAS = ("max_jobs", "max_concurrent_runs", "max_fires_per_minute")
+QUOTAS = QUOTA_FIELDS
 POLICY_FIELDS = ("queues", "targets", "http_hosts")
-QUOTA_MAX = 1_000_000
 TENANT_SELECT = ("SELECT name, max_jobs, max_concurrent_runs, max_fires_per_minute, "
-                 "updated_ms, queues, targets, http_hosts FROM tenants")
+                 "updated_ms, queues, targets, http_hosts, max_schedules, max_pending_runs "
+                 "FROM tenants")
 OUTSIDE_POLICY_SHOWN = 100
 
 
@@ -34,11 +44,24 @@ def _name(request: Request) -> str:
     return name
 
 
-def _row(r: tuple) -> dict[str, Any]:
+def _stored_quotas(r: tuple) -> TenantQuotas:
+    return TenantQuotas(max_jobs=r[1], max_concurrent_runs=r[2], max_fires_per_minute=r[3],
+                        max_schedules=r[8], max_pending_runs=r[9])
+
+
+def _row(r: tuple, defaults: bool) -> dict[str, Any]:
+    """A tenant as stored (a null quota: not set), with `quotas_in_effect`: what applies,
+    a default for an unset quota that bounds the state once the cluster's level has them."""
     policy = policy_from_row(r[5], r[6], r[7])
-    return {"name": r[0], "max_jobs": r[1], "max_concurrent_runs": r[2],
-            "max_fires_per_minute": r[3], "updated_at": ms_to_iso(r[4]),
-            **policy.to_api(), "policy_set": policy.is_set}
+    stored = _stored_quotas(r)
+    return {"name": r[0], **stored.to_api(), "updated_at": ms_to_iso(r[4]),
+            **policy.to_api(), "policy_set": policy.is_set,
+            "quotas_in_effect": stored.in_effect(defaults).to_api()}
+
+
+def _defaults(ctx: ApiContext) -> bool:
+    """Whether the quota defaults apply: the level this node applied has them."""
+    return ctx.writable_level() >= TENANT_QUOTAS_LEVEL
 
 
 def parse_quotas(body: Any) -> dict[str, int | None]:
@@ -78,9 +101,13 @@ async def put_tenant(request: Request) -> JSONResponse:
 
 
 async def _with_outside_policy(ctx: Any, row: tuple) -> dict[str, Any]:
-    """The tenant, with the jobs its current policy refuses (saved before the policy was
-    set or changed): their runs fail at lease time until they are edited or deleted."""
-    out = _row(row)
+    """The tenant, with what it uses of its quotas (`usage`) and the jobs its current
+    policy refuses (saved before the policy was set or changed): their runs fail at lease
+    time until they are edited or deleted."""
+    out = _row(row, _defaults(ctx))
+    jobs, schedules = await ctx.fetchone(USAGE_SQL, (row[0],))
+    (pending,) = await ctx.fetchone(PENDING_SQL, (row[0],))
+    out["usage"] = {"jobs": jobs, "schedules": schedules, "pending_runs": pending}
     policy = policy_from_row(row[5], row[6], row[7])
     outside: list[dict[str, Any]] = []
     if policy.is_set:
@@ -102,7 +129,8 @@ async def list_tenants(request: Request) -> JSONResponse:
     rows = await ctx.fetchall(
         f"{TENANT_SELECT}{f' WHERE {clause}' if clause else ''} ORDER BY name LIMIT 10000",
         params)
-    return JSONResponse({"tenants": [_row(r) for r in rows]})
+    defaults = _defaults(ctx)
+    return JSONResponse({"tenants": [_row(r, defaults) for r in rows]})
 
 
 async def get_tenant(request: Request) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""Tenant policy: which queues, target kinds and HTTP hosts a tenant's jobs may use.
+"""Tenant policy: which queues, target kinds and HTTP hosts a tenant's jobs may use, and
+how much of the replicated state it may hold (quotas).
 
 Pure (no I/O, no clock): the state machine applies it at create, edit and lease time, the
 API uses it to refuse a batch before anything is proposed, and the worker uses
@@ -36,6 +37,49 @@ HOST_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _AMBIGUOUS = re.compile(r"[\\\s%]")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# --- quotas ------------------------------------------------------------------------------
+#
+# Every tenant's jobs, schedules and pending runs are replicated to every node, so each is
+# bounded for every tenant, with or without a `tenants` row: a quota left null is its
+# default here. The other two quotas bound work, not state, and stay unlimited while null.
+# The defaults apply once the cluster committed core.protocol.TENANT_QUOTAS_LEVEL (before
+# it, a null quota is unlimited, as every older build decides).
+QUOTA_FIELDS = ("max_jobs", "max_concurrent_runs", "max_fires_per_minute", "max_schedules",
+                "max_pending_runs")
+# 100,000 jobs of one schedule each is the scale bench/scale.py measures; a pending-runs
+# quota of 100,000 is ten backfills of the largest size (core.backfill), about 90 MB a node.
+QUOTA_DEFAULTS: dict[str, int] = {"max_jobs": 100_000, "max_schedules": 100_000,
+                                  "max_pending_runs": 100_000}
+QUOTA_MAX = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuotas:
+    """A tenant's quotas as stored (None: not set)."""
+
+    max_jobs: int | None = None
+    max_concurrent_runs: int | None = None
+    max_fires_per_minute: int | None = None
+    max_schedules: int | None = None
+    max_pending_runs: int | None = None
+
+    def in_effect(self, defaults: bool) -> TenantQuotas:
+        """The quotas that apply: with `defaults`, an unset state quota is its default."""
+        if not defaults:
+            return self
+        return TenantQuotas(**{name: QUOTA_DEFAULTS.get(name) if getattr(self, name) is None
+                               else getattr(self, name) for name in QUOTA_FIELDS})
+
+    def to_api(self) -> dict[str, int | None]:
+        return {name: getattr(self, name) for name in QUOTA_FIELDS}
+
+
+def schedule_count(spec: dict[str, Any]) -> int:
+    """How many schedules a stored job spec holds (`schedules`, else its one `schedule`).
+    The state counts the same in SQL: state.tenants.SCHEDULES_SQL."""
+    listed = spec.get("schedules")
+    return len(listed) if isinstance(listed, list) and listed else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from raftcron.core.model import Job
 from raftcron.state import job_history, run_alerts
 from raftcron.state.calendars import check_job_calendars
 from raftcron.state.context import ApplyContext, ok, rejected
-from raftcron.state.tenants import check_job_policy, check_job_quota
+from raftcron.state.tenants import TenantUsage, check_job_policy
 
 JOB_COLUMNS = "id, tenant, version, spec, paused, queue, watermark_ms, created_ms, updated_ms"
 
@@ -30,15 +30,18 @@ def spec_json(spec: dict[str, Any]) -> str:
 
 
 def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int,
-               who: str | None = None) -> dict[str, Any]:
+               who: str | None = None, usage: TenantUsage | None = None) -> dict[str, Any]:
+    """`usage`: the quota counts of the command creating it (one per command)."""
     if row is not None:
         return rejected(errors.ALREADY_EXISTS, f"job {job.id!r} already exists", "id")
     spec = job.with_version(1).to_spec()
+    usage = usage or TenantUsage(ctx.conn)
     over = (check_job_policy(ctx.conn, job.tenant, spec)
             or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
-            or check_job_quota(ctx.conn, job.tenant))
+            or usage.refuse_create(job.tenant, spec))
     if over is not None:
         return over
+    usage.created(job.tenant, spec)
     # A re-created job id must not re-claim instants its earlier life already has.
     newest = ctx.conn.execute(
         "SELECT scheduled_for_ms FROM occurrences WHERE id >= ? AND id < ? "
@@ -60,18 +63,23 @@ def create_jobs(ctx: ApplyContext, cmd: CreateJobs) -> dict[str, Any]:
     """Each job is created or refused on its own (exists, quota); one result per job, in
     order. Ids repeated within the batch: the first wins, later ones are `already_exists`."""
     results = []
+    usage = TenantUsage(ctx.conn)
     for spec in cmd.jobs:
         job = Job.from_spec(spec)
-        results.append(create_job(ctx, job, load_job(ctx.conn, job.id), cmd.now_ms, cmd.who))
+        results.append(create_job(ctx, job, load_job(ctx.conn, job.id), cmd.now_ms, cmd.who,
+                                  usage))
     created = sum(1 for r in results if r["ok"])
     return ok(created=created, results=results)
 
 
-def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
+def put_job(ctx: ApplyContext, cmd: PutJob, usage: TenantUsage | None = None
+            ) -> dict[str, Any]:
+    """`usage`: the quota counts of a command that creates and edits several jobs."""
     job = Job.from_spec(cmd.job)
     row = load_job(ctx.conn, job.id)
+    usage = usage or TenantUsage(ctx.conn)
     if cmd.create:
-        return create_job(ctx, job, row, cmd.now_ms, cmd.who)
+        return create_job(ctx, job, row, cmd.now_ms, cmd.who, usage)
     if row is None:
         return rejected(errors.NOT_FOUND, f"job {job.id!r} does not exist", "id")
     if cmd.expected_version is not None and row[2] != cmd.expected_version:
@@ -85,9 +93,11 @@ def put_job(ctx: ApplyContext, cmd: PutJob) -> dict[str, Any]:
     version = row[2] + 1
     spec = job.with_version(version).to_spec()
     denied = (check_job_policy(ctx.conn, job.tenant, spec)
-              or check_job_calendars(ctx.conn, job.tenant, list(job.calendars)))
+              or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
+              or usage.refuse_edit(job.tenant, json.loads(row[3]), spec))
     if denied is not None:
         return denied
+    usage.edited(job.tenant, json.loads(row[3]), spec)
     # The watermark is kept: an edit takes effect from the next instant not yet claimed.
     text = spec_json(spec)
     ctx.conn.execute(

@@ -10,6 +10,8 @@ from typing import Any
 from raftcron.core import errors, identity, policy
 from raftcron.core.calendar import SKIP_PREFIX
 from raftcron.core.commands import Backfill, Claim, TriggerManual
+from raftcron.core.protocol import BACKFILL_BY_INSTANT_LEVEL
+from raftcron.state import backfills
 from raftcron.state.bulk_claim import (
     STATEMENTS,
     BulkClaimed,
@@ -17,9 +19,10 @@ from raftcron.state.bulk_claim import (
     bulk_claim,
     well_formed,
 )
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_EPOCH
-from raftcron.state.tenants import FireCounter
+from raftcron.state.tenants import FireCounter, refuse_pending
 
 OCC_INSERT = (
     "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
@@ -304,12 +307,18 @@ def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
                         f"tenant {view.tenant!r} is at its max_fires_per_minute quota "
                         f"({fires.limit(view.tenant)})", "tenant", quota="max_fires_per_minute")
     reason: str | None = None
+    verdict = policy.OverlapDecision(run=True)
     if not cmd.override_overlap:
         verdict = overlap_for(conn, view)
         if not verdict.run:
             reason = policy.SKIP_OVERLAP
-        elif verdict.cancel_running:
-            cancel_running(ctx, cmd.job_id, cmd.now_ms)
+    if reason is None:
+        # One more run waiting to be leased (nothing is written before this check).
+        full = refuse_pending(conn, view.tenant, 1)
+        if full is not None:
+            return full
+    if verdict.cancel_running:
+        cancel_running(ctx, cmd.job_id, cmd.now_ms)
     status = "skipped" if reason else "pending"
     if reason is None:
         fires.add(view.tenant, cmd.now_ms)
@@ -325,12 +334,17 @@ def trigger_manual(ctx: ApplyContext, cmd: TriggerManual) -> dict[str, Any]:
 
 def backfill(ctx: ApplyContext, cmd: Backfill) -> dict[str, Any]:
     """Backfill occurrences are explicit requests: overlap never skips them, but exclusive
-    policies still lease them one at a time."""
+    policies still lease them one at a time. From BACKFILL_BY_INSTANT_LEVEL on, an instant
+    the job already has a live or successful run of creates nothing (state.backfills), and
+    the new runs must fit the tenant's max_pending_runs quota, all of the command's or
+    none."""
     conn = ctx.conn
     view = load_views(conn, {cmd.job_id}).get(cmd.job_id)
     if view is None:
         return rejected(errors.NOT_FOUND, f"job {cmd.job_id!r} does not exist", "id")
     epoch = ctx.meta(META_EPOCH)
+    if committed_level(conn) >= BACKFILL_BY_INSTANT_LEVEL:
+        return _backfill_by_instant(ctx, cmd, view, epoch)
     ids: list[str] = []
     created = 0
     for instant in cmd.instants_ms:
@@ -344,3 +358,28 @@ def backfill(ctx: ApplyContext, cmd: Backfill) -> dict[str, Any]:
             conn.execute(ATT_INSERT, attempt_row(occ_id, view, cmd.now_ms, cmd.now_ms))
             created += 1
     return ok(occurrence_ids=ids, created=created)
+
+
+def _backfill_by_instant(ctx: ApplyContext, cmd: Backfill, view: JobView, epoch: int
+                         ) -> dict[str, Any]:
+    conn = ctx.conn
+    own, covered, existing = backfills.plan(
+        lambda sql, params: conn.execute(sql, params).fetchall(),
+        cmd.job_id, cmd.instants_ms, cmd.request_key)
+    new = backfills.to_create(cmd.instants_ms, own, covered, existing)
+    full = refuse_pending(conn, view.tenant, len(new))
+    if full is not None:
+        return full
+    created = 0
+    for instant in new:
+        occ_id = own[instant]
+        cur = conn.execute(OCC_INSERT, occurrence_row(
+            occ_id, view, "backfill", instant, cmd.now_ms, "pending", None, epoch, cmd.now_ms,
+            request_key=cmd.request_key,
+        ))
+        if cur.rowcount:
+            conn.execute(ATT_INSERT, attempt_row(occ_id, view, cmd.now_ms, cmd.now_ms))
+            created += 1
+    ids = [covered.get(at, own[at]) for at in cmd.instants_ms]
+    return ok(occurrence_ids=ids, created=created,
+              existing=len(dict.fromkeys(cmd.instants_ms)) - created)

@@ -117,6 +117,8 @@ CREATE INDEX IF NOT EXISTS att_running ON attempts (lease_expires_ms) WHERE stat
 -- range `<occurrence id>~` (core.identity.occurrence_attempts).
 CREATE INDEX IF NOT EXISTS att_job_pending ON attempts (job_id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS att_job_running ON attempts (job_id) WHERE status = 'running';
+-- A tenant's pending runs (the max_pending_runs quota, state.tenants.PENDING_SQL).
+CREATE INDEX IF NOT EXISTS att_tenant_pending ON attempts (tenant) WHERE status = 'pending';
 DROP INDEX IF EXISTS att_job_status;
 DROP INDEX IF EXISTS att_occurrence;
 
@@ -187,6 +189,8 @@ CREATE INDEX IF NOT EXISTS alert_actions_alert ON alert_actions (alert_id, id);
 -- Per-tenant quotas (NULL: unlimited) and the fires counted against them per minute.
 -- queues / targets / http_hosts: the tenant policy, JSON lists (NULL: any); an older
 -- database gets these columns from db.add_missing_columns.
+-- The last two quotas were added later (db.COLUMN_MIGRATIONS). NULL in them, and in
+-- max_jobs, is the quota's default (core.tenant_policy.QUOTA_DEFAULTS).
 CREATE TABLE IF NOT EXISTS tenants (
     name                 TEXT PRIMARY KEY,
     max_jobs             INTEGER,
@@ -195,7 +199,9 @@ CREATE TABLE IF NOT EXISTS tenants (
     updated_ms           INTEGER NOT NULL,
     queues               TEXT,
     targets              TEXT,
-    http_hosts           TEXT
+    http_hosts           TEXT,
+    max_schedules        INTEGER,
+    max_pending_runs     INTEGER
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS tenant_fires (
@@ -328,3 +334,9 @@ CREATE TABLE IF NOT EXISTS job_history (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS job_history_deletes ON job_history (at_ms, job_id)
     WHERE kind = 'delete';
+
+-- A tenant's jobs with several schedules: with jobs_tenant, what the jobs and schedules
+-- quotas count (state.tenants.USAGE_SQL, whose WHERE must stay this one) without reading
+-- the spec of every job with one schedule.
+CREATE INDEX IF NOT EXISTS jobs_multi_schedule ON jobs (tenant)
+    WHERE json_type(spec, '$.schedules') = 'array';

@@ -1,10 +1,23 @@
 """Tenant quotas, enforced deterministically in the state machine.
 
 - `max_jobs`: creating one more job is refused (`quota_exceeded`).
+- `max_schedules`: a job create or edit that would take the tenant's schedules (one per
+  job, or the length of its `schedules`) past it is refused (`quota_exceeded`); an edit
+  that adds none is never refused, even above a lowered quota.
+- `max_pending_runs`: a backfill or manual trigger that would take the tenant's runs
+  waiting to be leased (pending attempts) past it is refused (`rate_limited`: it passes
+  as runs start, and a retry is applied afresh). Cron instants are not refused: a
+  schedule's runs are bounded by the jobs and schedules quotas and `max_fires_per_minute`.
 - `max_fires_per_minute`: fires counted per UTC minute of the nominal instant; a
   scheduled instant over the quota is recorded as skipped (`quota`), a manual trigger is
   refused (`rate_limited`).
 - `max_concurrent_runs`: leases beyond it wait (they are not handed out).
+
+From protocol level TENANT_QUOTAS_LEVEL on, a null `max_jobs`, `max_schedules` or
+`max_pending_runs` is its default (core.tenant_policy.QUOTA_DEFAULTS): every tenant's
+share of the replicated state is bounded. Below it a null quota is unlimited, and only
+`max_jobs` of these is known, as the level-1 build decides (its rejections, which the
+`requests` table keeps, are word for word the same).
 
 The tenant policy (`queues`, `targets`, `http_hosts`; core.tenant_policy) is checked when
 a job is created or edited, and again when a run is leased: a run of a job that a later
@@ -15,29 +28,36 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
 from raftcron.core import errors
 from raftcron.core.commands import PutTenant
+from raftcron.core.protocol import TENANT_QUOTAS_LEVEL
 from raftcron.core.tenant_policy import (
     NO_POLICY,
     TenantPolicy,
+    TenantQuotas,
     policy_from_row,
+    schedule_count,
     spec_violation,
     url_violation,
 )
+from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, rejected
 
-
-@dataclass(frozen=True)
-class Quotas:
-    max_jobs: int | None = None
-    max_concurrent_runs: int | None = None
-    max_fires_per_minute: int | None = None
-
-
-UNLIMITED = Quotas()
+Quotas = TenantQuotas
+UNLIMITED = TenantQuotas()
+QUOTAS_SELECT = ("SELECT max_jobs, max_concurrent_runs, max_fires_per_minute, max_schedules, "
+                 "max_pending_runs FROM tenants WHERE name = ?")
+# A tenant's jobs and schedules (core.tenant_policy.schedule_count in SQL): its jobs are
+# counted in the index jobs_tenant, and only the specs of jobs with several schedules are
+# read (index jobs_multi_schedule), which the schedules quota bounds.
+USAGE_SQL = (
+    "SELECT n, n + extra FROM (SELECT (SELECT count(*) FROM jobs WHERE tenant = ?1) AS n, "
+    "(SELECT coalesce(sum(max(1, json_array_length(spec, '$.schedules')) - 1), 0) FROM jobs "
+    "WHERE tenant = ?1 AND json_type(spec, '$.schedules') = 'array') AS extra)")
+# A tenant's runs waiting to be leased (index att_tenant_pending).
+PENDING_SQL = "SELECT count(*) FROM attempts WHERE tenant = ? AND status = 'pending'"
 
 
 def _policy_json(value: list[str] | None) -> str | None:
@@ -47,13 +67,16 @@ def _policy_json(value: list[str] | None) -> str | None:
 def put_tenant(ctx: ApplyContext, cmd: PutTenant) -> dict[str, Any]:
     ctx.conn.execute(
         "INSERT INTO tenants (name, max_jobs, max_concurrent_runs, max_fires_per_minute, "
-        "updated_ms, queues, targets, http_hosts) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "updated_ms, queues, targets, http_hosts, max_schedules, max_pending_runs) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (name) DO UPDATE SET "
         "max_jobs = excluded.max_jobs, max_concurrent_runs = excluded.max_concurrent_runs, "
         "max_fires_per_minute = excluded.max_fires_per_minute, updated_ms = excluded.updated_ms, "
-        "queues = excluded.queues, targets = excluded.targets, http_hosts = excluded.http_hosts",
+        "queues = excluded.queues, targets = excluded.targets, http_hosts = excluded.http_hosts, "
+        "max_schedules = excluded.max_schedules, max_pending_runs = excluded.max_pending_runs",
         (cmd.name, cmd.max_jobs, cmd.max_concurrent_runs, cmd.max_fires_per_minute, cmd.now_ms,
-         _policy_json(cmd.queues), _policy_json(cmd.targets), _policy_json(cmd.http_hosts)),
+         _policy_json(cmd.queues), _policy_json(cmd.targets), _policy_json(cmd.http_hosts),
+         cmd.max_schedules, cmd.max_pending_runs),
     )
     return ok(tenant=cmd.name)
 
@@ -82,25 +105,124 @@ def check_job_policy(conn: sqlite3.Connection, tenant: str, spec: dict[str, Any]
 
 
 def quotas(conn: sqlite3.Connection, tenant: str, cache: dict[str, Quotas]) -> Quotas:
+    """The tenant's quotas as stored (None: not set)."""
     if tenant not in cache:
-        row = conn.execute(
-            "SELECT max_jobs, max_concurrent_runs, max_fires_per_minute FROM tenants "
-            "WHERE name = ?", (tenant,),
-        ).fetchone()
-        cache[tenant] = Quotas(*row) if row else UNLIMITED
+        row = conn.execute(QUOTAS_SELECT, (tenant,)).fetchone()
+        cache[tenant] = TenantQuotas(*row) if row else UNLIMITED
     return cache[tenant]
 
 
-def check_job_quota(conn: sqlite3.Connection, tenant: str) -> dict[str, Any] | None:
-    q = quotas(conn, tenant, {})
-    if q.max_jobs is None:
-        return None
-    count = conn.execute("SELECT count(*) FROM jobs WHERE tenant = ?", (tenant,)).fetchone()[0]
-    if count >= q.max_jobs:
+def defaults_apply(conn: sqlite3.Connection) -> bool:
+    """Whether the committed level bounds every tenant's state (TENANT_QUOTAS_LEVEL)."""
+    return committed_level(conn) >= TENANT_QUOTAS_LEVEL
+
+
+def quotas_in_effect(conn: sqlite3.Connection, tenant: str) -> TenantQuotas:
+    """The quotas that apply to the tenant now (its defaults from TENANT_QUOTAS_LEVEL)."""
+    return quotas(conn, tenant, {}).in_effect(defaults_apply(conn))
+
+
+class TenantUsage:
+    """The jobs and schedules quotas while one command creates and edits jobs.
+
+    Each tenant's counts are read once per command (from an index: USAGE_SQL) and kept up
+    to date as the command creates jobs, so a batch of 250 jobs does not count the
+    tenant's jobs 250 times."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.defaults = defaults_apply(conn)
+        self.cache: dict[str, Quotas] = {}
+        self.used: dict[str, list[int]] = {}  # tenant -> [jobs, schedules]
+
+    def _quotas(self, tenant: str) -> TenantQuotas:
+        return quotas(self.conn, tenant, self.cache).in_effect(self.defaults)
+
+    def _used(self, tenant: str) -> list[int]:
+        if tenant not in self.used:
+            jobs, schedules = self.conn.execute(USAGE_SQL, (tenant,)).fetchone()
+            self.used[tenant] = [int(jobs), int(schedules)]
+        return self.used[tenant]
+
+    def refuse_create(self, tenant: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """A `quota_exceeded` rejection for one more job of the tenant, or None."""
+        q = self._quotas(tenant)
+        if q.max_jobs is None and q.max_schedules is None:
+            return None
+        jobs, schedules = self._used(tenant)
+        if q.max_jobs is not None and jobs >= q.max_jobs:
+            message = f"tenant {tenant!r} is at its max_jobs quota ({q.max_jobs})"
+            if not self.defaults:  # the level-1 build's words: its requests rows keep them
+                return rejected(errors.QUOTA_EXCEEDED, message, "tenant", quota="max_jobs")
+            return rejected(errors.QUOTA_EXCEEDED, message, "tenant", quota="max_jobs",
+                            limit=q.max_jobs, used=jobs, requested=1)
+        return self._refuse_schedules(tenant, q, schedule_count(spec))
+
+    def refuse_edit(self, tenant: str, old_spec: dict[str, Any], new_spec: dict[str, Any]
+                    ) -> dict[str, Any] | None:
+        """A `quota_exceeded` rejection for an edit that adds schedules past the quota."""
+        added = schedule_count(new_spec) - schedule_count(old_spec)
+        if added <= 0:
+            return None
+        return self._refuse_schedules(tenant, self._quotas(tenant), added)
+
+    def _refuse_schedules(self, tenant: str, q: TenantQuotas, added: int
+                          ) -> dict[str, Any] | None:
+        if q.max_schedules is None:
+            return None
+        schedules = self._used(tenant)[1]
+        if schedules + added <= q.max_schedules:
+            return None
         return rejected(errors.QUOTA_EXCEEDED,
-                        f"tenant {tenant!r} is at its max_jobs quota ({q.max_jobs})",
-                        "tenant", quota="max_jobs")
-    return None
+                        f"tenant {tenant!r} has {schedules:,} of the {q.max_schedules:,} "
+                        f"schedules its max_schedules quota allows: {added:,} more do not fit",
+                        "schedules", quota="max_schedules", limit=q.max_schedules,
+                        used=schedules, requested=added)
+
+    def created(self, tenant: str, spec: dict[str, Any]) -> None:
+        if tenant in self.used:
+            self.used[tenant][0] += 1
+            self.used[tenant][1] += schedule_count(spec)
+
+    def edited(self, tenant: str, old_spec: dict[str, Any], new_spec: dict[str, Any]) -> None:
+        if tenant in self.used:
+            self.used[tenant][1] += schedule_count(new_spec) - schedule_count(old_spec)
+
+
+def check_job_quota(conn: sqlite3.Connection, tenant: str,
+                    spec: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """`TenantUsage.refuse_create` for one job."""
+    return TenantUsage(conn).refuse_create(tenant, spec or {})
+
+
+def pending_runs(conn: sqlite3.Connection, tenant: str) -> int:
+    return int(conn.execute(PENDING_SQL, (tenant,)).fetchone()[0])
+
+
+def refuse_pending(conn: sqlite3.Connection, tenant: str, adding: int
+                   ) -> dict[str, Any] | None:
+    """A `rate_limited` rejection (quota `max_pending_runs`) when `adding` more pending
+    runs would take the tenant past its quota; None when they fit, or below
+    TENANT_QUOTAS_LEVEL (the level-1 build has no such quota)."""
+    if adding <= 0 or not defaults_apply(conn):
+        return None
+    limit = quotas_in_effect(conn, tenant).max_pending_runs
+    if limit is None:
+        return None
+    return pending_refusal(tenant, pending_runs(conn, tenant), adding, limit)
+
+
+def pending_refusal(tenant: str, pending: int, adding: int, limit: int | None
+                    ) -> dict[str, Any] | None:
+    """The `max_pending_runs` rejection for `adding` more runs beside `pending` (None: they
+    fit). The API's check before it proposes a backfill answers the same."""
+    if limit is None or adding <= 0 or pending + adding <= limit:
+        return None
+    return rejected(errors.RATE_LIMITED,
+                    f"tenant {tenant!r} has {pending:,} of the {limit:,} runs waiting to "
+                    f"start its max_pending_runs quota allows: {adding:,} more do not fit",
+                    "tenant",
+                    quota="max_pending_runs", limit=limit, used=pending, requested=adding)
 
 
 class FireCounter:

@@ -528,7 +528,12 @@ def test_manual_trigger_overlap(led):
     assert r["status"] == "pending"
 
 
-def test_backfill_idempotency(led):
+def test_backfill_idempotency_below_level_2(tmp_path):
+    """A level-1 state names backfill runs by (job, instant, key) alone, as the level-1
+    build does; from level 2 on the instant decides (tests/integration/
+    test_backfill_by_instant.py)."""
+    led = Node(tmp_path / "level1.db", level=None)
+    assert led.begin(1)["ok"]
     led.create("j")
     instants = [T0 - 2 * MIN, T0 - MIN]
     r = led.apply(c.Backfill(led.rid(), T0 + 5, "j", "bf-1", instants))

@@ -106,7 +106,7 @@ def test_a_database_from_before_policies_is_migrated_and_behaves_as_before(
     conn.close()
     writer = open_writer(str(path))
     cols = [r[1] for r in writer.execute("PRAGMA table_info(tenants)")]
-    assert cols[-3:] == ["queues", "targets", "http_hosts"]
+    assert cols[5:8] == ["queues", "targets", "http_hosts"]
     assert writer.execute("SELECT queues, targets, http_hosts FROM tenants").fetchone() == (
         None, None, None)
     writer.close()
@@ -120,7 +120,7 @@ def test_a_database_from_before_policies_is_migrated_and_behaves_as_before(
     # waits for equal digests), until a policy is set.
     previous = sqlite3.connect(tmp_path / "previous-version.db", isolation_level=None)
     previous.executescript(schema_sql())
-    for column in ("queues", "targets", "http_hosts"):
+    for column in ("queues", "targets", "http_hosts", "max_schedules", "max_pending_runs"):
         previous.execute(f"ALTER TABLE tenants DROP COLUMN {column}")
     previous.execute("INSERT INTO tenants VALUES ('acme', 1, NULL, NULL, 5)")
     assert digest(previous) == digest(again)

@@ -245,7 +245,7 @@ def test_tenant_quotas_through_the_api(cl: LocalCluster, clients: list[As]) -> N
 
     assert green("POST", "/v1/jobs", job("g-1", "green")).status_code == 201
     assert green("POST", "/v1/jobs", job("g-2", "green")).status_code == 201
-    over = err(green("POST", "/v1/jobs", job("g-3", "green")), 403, "quota_exceeded")
+    over = err(green("POST", "/v1/jobs", job("g-3", "green")), 409, "quota_exceeded")
     assert over["quota"] == "max_jobs" and "max_jobs" in over["message"]
 
     codes = []

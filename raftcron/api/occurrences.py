@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from raftcron.api.alerts import read_note
 from raftcron.api.auth import can_see, principal_of, tenant_clause
@@ -33,7 +33,7 @@ def _cursor(raw: str) -> tuple[int, str]:
     return int(ms), occ_id
 
 
-async def list_occurrences(request: Request) -> JSONResponse:
+async def list_occurrences(request: Request) -> Response:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     q = request.query_params
@@ -83,8 +83,8 @@ async def list_occurrences(request: Request) -> JSONResponse:
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = f"{rows[-1][5]}:{rows[-1][0]}" if more else None
-    return JSONResponse({"occurrences": [occurrence_to_api(r) for r in rows],
-                         "next_cursor": cursor})
+    return await ctx.page_response(lambda: {
+        "occurrences": [occurrence_to_api(r) for r in rows], "next_cursor": cursor})
 
 
 async def get_occurrence(request: Request) -> JSONResponse:

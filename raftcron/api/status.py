@@ -11,7 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from raftcron.api.auth import tenant_clause, visible_tenants
 from raftcron.api.heavy import heavy_reads
@@ -107,7 +107,7 @@ async def jobs_overview(request: Request) -> JSONResponse:
     return JSONResponse({"jobs": out, "truncated": len(rows) > MAX_JOBS})
 
 
-async def list_attempts(request: Request) -> JSONResponse:
+async def list_attempts(request: Request) -> Response:
     ctx = ctx_of(request)
     status = request.query_params.get("status", "running")
     if status not in ("running", "pending"):
@@ -120,7 +120,7 @@ async def list_attempts(request: Request) -> JSONResponse:
         f"{f'AND {clause} ' if clause else ''}"
         "ORDER BY coalesce(leased_ms, not_before_ms), id LIMIT ?", (status, *params, limit))
     now = int(time.time() * 1000)
-    return JSONResponse({"attempts": [{
+    return await ctx.page_response(lambda: {"attempts": [{
         "id": r[0], "occurrence_id": r[1], "job_id": r[2], "number": r[3], "status": status,
         "worker_id": r[4], "fencing_token": r[5], "leased_at": ms_to_iso(r[6]),
         "heartbeat_at": ms_to_iso(r[7]), "lease_expires_at": ms_to_iso(r[8]),

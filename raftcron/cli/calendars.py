@@ -15,9 +15,14 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-from raftcron.cli.runs import _client, _connection_args, _table, api_call, exits_1_when_refused
-
-EXIT_USAGE = 2
+from raftcron.cli.common import (
+    EXIT_USAGE,
+    api_call,
+    client_for,
+    connection_args,
+    exits_1_when_refused,
+    table,
+)
 
 
 def _usage(message: str) -> int:
@@ -58,7 +63,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         body = calendar_body(args) if args.calendar_action == "put" else None
     except ValueError as e:
         return _usage(str(e))
-    client = _client(args)
+    client = client_for(args)
     try:
         if args.calendar_action == "put":
             out = client.request("PUT", f"/v1/calendars/{quote(args.name, safe='')}",
@@ -85,7 +90,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        _table(header, rows)
+        table(header, rows)
     return 0
 
 
@@ -103,7 +108,7 @@ def cmd_bulk_pause(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        _table(("job", "state"), [(j, out["action"]) for j in out["job_ids"]]
+        table(("job", "state"), [(j, out["action"]) for j in out["job_ids"]]
                or [("(no job changed)", f"{out['matched']} matched")])
     return 0
 
@@ -126,9 +131,9 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         p = csub.add_parser(name, help=help_text)
         if name != "list":
             p.add_argument("name")
-        _connection_args(p)
+        connection_args(p)
         p.set_defaults(func=cmd_calendar)
-    _connection_args(put)
+    connection_args(put)
     put.set_defaults(func=cmd_calendar)
 
 
@@ -141,5 +146,5 @@ def register_bulk_pause(jsub: Any) -> None:
         p.add_argument("--queue")
         p.add_argument("--label", help="NAME=VALUE, e.g. team=billing")
         p.add_argument("--note", required=True, help="why (recorded on each job)")
-        _connection_args(p)
+        connection_args(p)
         p.set_defaults(func=cmd_bulk_pause, action=name)

@@ -11,7 +11,7 @@ import sys
 import uuid
 from typing import Any
 
-from raftcron.cli.runs import _connection_args, _path, _table, api_call, exits_1_when_refused
+from raftcron.cli.common import api_call, connection_args, exits_1_when_refused, table, url_path
 
 
 def _limit(text: str) -> int:
@@ -28,15 +28,15 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     put.add_argument("--limit", type=_limit, required=True)
     put.add_argument("--tenant", help="the group's tenant (default: the token's only "
                      "tenant, else default)")
-    _connection_args(put)
+    connection_args(put)
     put.set_defaults(func=cmd_group_set)
     show = gsub.add_parser("show", help="a group's limit, holders and waiters")
     show.add_argument("name")
     show.add_argument("--tenant")
-    _connection_args(show)
+    connection_args(show)
     show.set_defaults(func=cmd_group_show)
     listing = gsub.add_parser("list", help="every group the token may see")
-    _connection_args(listing)
+    connection_args(listing)
     listing.set_defaults(func=cmd_group_list)
 
 
@@ -45,11 +45,11 @@ def _print_group(group: dict[str, Any]) -> None:
     print(f"group {group['name']} of tenant {group['tenant']}: limit {group['limit']}"
           f"{configured}, {group['holding']} holding, {group['waiting']} waiting")
     if group["holders"]:
-        _table(("holding", "job", "worker", "leased"),
+        table(("holding", "job", "worker", "leased"),
                [(h["occurrence_id"], h["job_id"], h["worker_id"] or "-", h["leased_at"] or "-")
                 for h in group["holders"]])
     if group["waiters"]:
-        _table(("waiting", "job", "due"),
+        table(("waiting", "job", "due"),
                [(w["occurrence_id"], w["job_id"], w["due"]) for w in group["waiters"]])
 
 
@@ -58,7 +58,7 @@ def cmd_group_set(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"limit": args.limit}
     if args.tenant:
         body["tenant"] = args.tenant
-    group = api_call(args, "PUT", f"/v1/concurrency-groups/{_path(args.name)}", json=body,
+    group = api_call(args, "PUT", f"/v1/concurrency-groups/{url_path(args.name)}", json=body,
                      headers={"Idempotency-Key": f"cli-{uuid.uuid4().hex}"},
                      retries=3)
     if args.json:
@@ -71,7 +71,7 @@ def cmd_group_set(args: argparse.Namespace) -> int:
 @exits_1_when_refused
 def cmd_group_show(args: argparse.Namespace) -> int:
     params = {"tenant": args.tenant} if args.tenant else None
-    group = api_call(args, "GET", f"/v1/concurrency-groups/{_path(args.name)}",
+    group = api_call(args, "GET", f"/v1/concurrency-groups/{url_path(args.name)}",
                      params=params)
     if args.json:
         print(json.dumps(group, indent=2))
@@ -90,7 +90,7 @@ def cmd_group_list(args: argparse.Namespace) -> int:
     if not groups:
         print("no concurrency groups", file=sys.stderr)
         return 0
-    _table(("tenant", "group", "limit", "holding", "waiting"),
+    table(("tenant", "group", "limit", "holding", "waiting"),
            [(g["tenant"], g["name"], f"{g['limit']}{'' if g['configured'] else ' (default)'}",
              str(g["holding"]), str(g["waiting"])) for g in groups])
     return 0

@@ -14,14 +14,8 @@ import json
 import sys
 from typing import Any
 
-from raftcron.cli.runs import (
-    _connection_args,
-    _path,
-    _run_limit,
-    _table,
-    api_call,
-    exits_1_when_refused,
-)
+from raftcron.cli.common import api_call, connection_args, exits_1_when_refused, table, url_path
+from raftcron.cli.runs import run_limit
 
 HEADER = ("seq", "version", "kind", "at (UTC)", "by", "change")
 
@@ -36,10 +30,10 @@ def register_job_history(jsub: Any) -> None:
     """`raftcron job history JOB` (added to the `job` subcommands)."""
     p = jsub.add_parser("history", help="a job's changes: who, when, which fields")
     p.add_argument("job_id")
-    p.add_argument("--limit", type=_run_limit, default=20, help="changes to show (1-500, "
+    p.add_argument("--limit", type=run_limit, default=20, help="changes to show (1-500, "
                    "default 20)")
     p.add_argument("--before", type=_seq, help="only changes older than this seq (paging)")
-    _connection_args(p)
+    connection_args(p)
     p.set_defaults(func=cmd_job_history)
 
 
@@ -81,7 +75,7 @@ def cmd_job_history(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit}
     if args.before is not None:
         params["before"] = args.before
-    page = api_call(args, "GET", f"/v1/job-history/{_path(args.job_id)}", params=params,
+    page = api_call(args, "GET", f"/v1/job-history/{url_path(args.job_id)}", params=params,
                     retries=3)
     if args.json:
         print(json.dumps(page, indent=2))
@@ -89,7 +83,7 @@ def cmd_job_history(args: argparse.Namespace) -> int:
     if not page["versions"]:
         print(f"no changes of {args.job_id} recorded", file=sys.stderr)
         return 0
-    _table(HEADER, history_rows(page["versions"]))
+    table(HEADER, history_rows(page["versions"]))
     if not page["exists"]:
         print(f"{args.job_id} is deleted", file=sys.stderr)
     if page["next_before"] is not None:

@@ -10,43 +10,34 @@ otherwise (failed, skipped, cancelled), so a script can wait on it.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
-from raftcron.cli.client import ApiError, Client
+from raftcron.cli.client import Client
+from raftcron.cli.common import (
+    EXIT_USAGE,
+    api_call,
+    client_for,
+    connection_args,
+    exits_1_when_refused,
+    table,
+    url_path,
+)
 from raftcron.core.timefmt import ms_to_local_iso, parse_iso_ms
 
-DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
 OCC_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "cancelled")
 OCC_KINDS = ("scheduled", "manual", "backfill")
 TERMINAL = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 ALERT_STATUSES = ("open", "resolved", "all")
 MAX_RUNS = 500
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-Command = Callable[[argparse.Namespace], int]
 
 
 # --- arguments -----------------------------------------------------------------------------
-
-def _connection_args(parser: argparse.ArgumentParser, nested: bool = False) -> None:
-    """--server, --token and --json. A nested parser leaves them unset unless given, so
-    `raftcron alerts --server X ack ...` keeps the X its parent read."""
-    default: Callable[[Any], Any] = (lambda v: argparse.SUPPRESS) if nested else (lambda v: v)
-    parser.add_argument("--server", default=default(DEFAULT_SERVER), help="URL[,URL...]")
-    parser.add_argument("--token", default=default(os.environ.get("RAFTCRON_TOKEN")),
-                        help="bearer token (default: $RAFTCRON_TOKEN)")
-    parser.add_argument("--json", action="store_true", default=default(False),
-                        help="print the API's JSON (for scripts)")
-
 
 def positive_seconds(text: str) -> float:
     try:
@@ -58,7 +49,7 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def _run_limit(text: str) -> int:
+def run_limit(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_RUNS:
         raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_RUNS}")
     return int(text)
@@ -70,8 +61,8 @@ def register_job_runs(jsub: Any) -> None:
     p.add_argument("job_id")
     p.add_argument("--status", choices=OCC_STATUSES)
     p.add_argument("--kind", choices=OCC_KINDS)
-    p.add_argument("--limit", type=_run_limit, default=20, help=f"1-{MAX_RUNS} (default 20)")
-    _connection_args(p)
+    p.add_argument("--limit", type=run_limit, default=20, help=f"1-{MAX_RUNS} (default 20)")
+    connection_args(p)
     p.set_defaults(func=cmd_job_runs)
 
 
@@ -81,7 +72,7 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     rsub = rp.add_subparsers(dest="run_command", required=True, parser_class=parser_class)
     show = rsub.add_parser("show", help="an occurrence's attempts and their output")
     show.add_argument("occurrence_id")
-    _connection_args(show)
+    connection_args(show)
     show.set_defaults(func=cmd_run_show)
     logs = rsub.add_parser("logs", help="an occurrence's output (--follow: until it ends)")
     logs.add_argument("occurrence_id")
@@ -89,20 +80,20 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
                       help="keep printing new output until the occurrence has ended")
     logs.add_argument("--interval", type=positive_seconds, default=1.0,
                       help="seconds between polls with --follow (default 1)")
-    _connection_args(logs)
+    connection_args(logs)
     logs.set_defaults(func=cmd_run_logs)
     cancel = rsub.add_parser("cancel", help="cancel a queued or running occurrence")
     cancel.add_argument("occurrence_id")
     cancel.add_argument("--note", required=True, help="why (kept with the occurrence)")
     cancel.add_argument("--key", help="Idempotency-Key: a retry with it acts once "
                         "(default: a fresh one, kept across this command's own retries)")
-    _connection_args(cancel)
+    connection_args(cancel)
     cancel.set_defaults(func=cmd_run_cancel)
 
     ap = sub.add_parser("alerts", help="alerts (open by default); ack or resolve one")
     ap.add_argument("--status", choices=ALERT_STATUSES, default="open")
     ap.add_argument("--job", dest="job_id", help="only this job's alerts")
-    _connection_args(ap)
+    connection_args(ap)
     ap.set_defaults(func=cmd_alerts)
     asub = ap.add_subparsers(dest="alerts_action", parser_class=parser_class)
     for action, help_text in (("ack", "acknowledge an alert: someone is on it"),
@@ -112,52 +103,11 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         a.add_argument("--note", required=True, help="why (kept in the alert's history)")
         a.add_argument("--key", help="Idempotency-Key: a retry with it acts once "
                        "(default: a fresh one, kept across this command's own retries)")
-        _connection_args(a, nested=True)
+        connection_args(a, nested=True)
         a.set_defaults(func=cmd_alert_action, action=action)
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-def _client(args: argparse.Namespace) -> Client:
-    return Client([s for s in args.server.split(",") if s], token=args.token or None)
-
-
-def _refused(error: ApiError) -> int:
-    print(f"raftcron: {error}", file=sys.stderr)
-    return EXIT_REFUSED
-
-
-def api_call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """One API request with the command's servers and token (the client's retries and
-    failover apply); raises ApiError when refused or when no node answers."""
-    client = _client(args)
-    try:
-        return client.request(method, path, **kwargs)
-    finally:
-        client.close()
-
-
-def exits_1_when_refused(command: Command) -> Command:
-    """A command whose API refusal (or no node answering) is one line on stderr and exit
-    1, whichever of its requests was refused."""
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except ApiError as e:
-            return _refused(e)
-    return run
-
-
-def _path(value: str) -> str:
-    return quote(value, safe="")
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    from raftcron.cli.main import _print
-
-    _print(argparse.Namespace(json=False), None, rows, header)
-
 
 def _ms(iso: str | None) -> int | None:
     return None if iso is None else parse_iso_ms(iso, "instant")
@@ -186,9 +136,9 @@ def outcome(occ: dict[str, Any]) -> str:
 
 @exits_1_when_refused
 def cmd_job_runs(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = client_for(args)
     try:
-        job = client.request("GET", f"/v1/jobs/{_path(args.job_id)}", retries=3)
+        job = client.request("GET", f"/v1/jobs/{url_path(args.job_id)}", retries=3)
         params: dict[str, Any] = {"job_id": args.job_id, "limit": args.limit}
         for key in ("status", "kind"):
             if getattr(args, key):
@@ -197,7 +147,7 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
         occurrences = page["occurrences"]
         for occ in occurrences:  # the attempts say which worker ran it and for how long
             occ["attempt_list"] = [] if not occ["attempts"] else client.request(
-                "GET", f"/v1/occurrences/{_path(occ['id'])}", retries=3)["attempt_list"]
+                "GET", f"/v1/occurrences/{url_path(occ['id'])}", retries=3)["attempt_list"]
     finally:
         client.close()
     zone = (job.get("schedule") or job["schedules"][0])["timezone"]  # several: the first's
@@ -217,7 +167,7 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no occurrences of {args.job_id} match", file=sys.stderr)
         return 0
-    _table(("instant (UTC)", f"instant ({tz})", "kind", "status", "attempts", "duration",
+    table(("instant (UTC)", f"instant ({tz})", "kind", "status", "attempts", "duration",
             "worker", "occurrence"), rows)
     return 0
 
@@ -225,12 +175,12 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
 # --- run show / logs -----------------------------------------------------------------------------
 
 def _occurrence(client: Client, occ_id: str) -> dict[str, Any]:
-    return client.request("GET", f"/v1/occurrences/{_path(occ_id)}", retries=3)
+    return client.request("GET", f"/v1/occurrences/{url_path(occ_id)}", retries=3)
 
 
 @exits_1_when_refused
 def cmd_run_show(args: argparse.Namespace) -> int:
-    occ = api_call(args, "GET", f"/v1/occurrences/{_path(args.occurrence_id)}", retries=3)
+    occ = api_call(args, "GET", f"/v1/occurrences/{url_path(args.occurrence_id)}", retries=3)
     if args.json:
         print(json.dumps(occ, indent=2))
         return 0
@@ -281,7 +231,7 @@ class OutputFollower:
 
 @exits_1_when_refused
 def cmd_run_logs(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = client_for(args)
     follower = OutputFollower()
     try:
         while True:
@@ -321,7 +271,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         print(f"no {args.status if args.status != 'all' else ''} alerts".replace("  ", " "),
               file=sys.stderr)
         return 0
-    _table(("alert", "kind", "state", "job", "reason", "cause", "raised", "message"), [
+    table(("alert", "kind", "state", "job", "reason", "cause", "raised", "message"), [
         (a["id"], a["kind"], alert_state(a), a["job_id"] or "-", a["reason"],
          a.get("cause") or "-", a["raised_at"], (a["message"] or "")[:80])
         for a in data["alerts"]])
@@ -336,13 +286,13 @@ def cmd_alert_action(args: argparse.Namespace) -> int:
     # A key always: the client retries a 503 whose outcome is unknown, which must not act
     # twice (a second ack would be refused as "already acknowledged" by ourselves).
     headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
-    alert = api_call(args, "POST", f"/v1/alerts/{_path(args.alert_id)}/{args.action}",
+    alert = api_call(args, "POST", f"/v1/alerts/{url_path(args.alert_id)}/{args.action}",
                      json={"note": args.note}, headers=headers, retries=3)
     if args.json:
         print(json.dumps(alert, indent=2))
         return 0
     last = alert["history"][-1]
-    _table(("alert", "state", "by", "at", "note"),
+    table(("alert", "state", "by", "at", "note"),
            [(alert["id"], alert_state(alert), last.get("by", ""), last["at"],
              last.get("note", ""))])
     return 0
@@ -357,7 +307,7 @@ def cmd_run_cancel(args: argparse.Namespace) -> int:
         print("raftcron: --note must say why", file=sys.stderr)
         return EXIT_USAGE
     headers = {"Idempotency-Key": args.key or f"cli-{uuid.uuid4().hex}"}
-    occ = api_call(args, "POST", f"/v1/occurrences/{_path(args.occurrence_id)}/cancel",
+    occ = api_call(args, "POST", f"/v1/occurrences/{url_path(args.occurrence_id)}/cancel",
                    json={"note": args.note}, headers=headers, retries=3)
     if args.json:
         print(json.dumps(occ, indent=2))
@@ -365,7 +315,7 @@ def cmd_run_cancel(args: argparse.Namespace) -> int:
     state = ("cancelled" if occ["status"] == "cancelled"
              else f"{occ['status']}, stopping (its worker kills it at its next heartbeat)")
     by = occ.get("cancellation") or {}
-    _table(("occurrence", "state", "by", "note"),
+    table(("occurrence", "state", "by", "note"),
            [(occ["id"], state, by.get("by", ""), by.get("note", ""))])
     return 0
 

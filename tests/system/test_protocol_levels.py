@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from raftcron.cli.runs import EXIT_REFUSED
+from raftcron.cli.common import EXIT_REFUSED
 from raftcron.cluster.levels import TEST_LEVEL_ENV
 from raftcron.testing import LocalCluster, wait_until
 from tests.system.helpers import add_job

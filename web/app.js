@@ -4,7 +4,7 @@
 //   #/            the overview (overview.js)
 //   #/jobs/{id}   one job (jobpage.js)
 
-import { $, token, setToken, showAuth, forget, auth, authRecovered } from "./lib.js";
+import { $, token, setToken, showAuth, forget, auth, authRecovered, download, say } from "./lib.js";
 import { refreshOverview, refreshCharts, setupJobsTable } from "./overview.js";
 import { openJob, refreshJob, setupJobPage } from "./jobpage.js";
 
@@ -85,7 +85,20 @@ function setupTokenForm() {
   else showAuth("This cluster needs an API token (a read, tenant or admin token).", false);
 }
 
+function setupExport() {
+  $("#export-jobs").addEventListener("click", async () => {
+    const format = $("#export-format").value;
+    try {
+      await download(`/v1/jobs:export?format=${encodeURIComponent(format)}`, `jobs.${format}`);
+      say(`Jobs exported as jobs.${format}.`);
+    } catch (e) {
+      say(`Export failed: ${e.message}`);
+    }
+  });
+}
+
 setupTokenForm();
+setupExport();
 setupJobsTable();
 setupJobPage();
 window.addEventListener("hashchange", show);

@@ -176,6 +176,24 @@ export async function api(path, options = {}) {
   return body;
 }
 
+// A text answer (not JSON) as a file the browser saves, e.g. the jobs export.
+export async function download(path, filename) {
+  const headers = memoryToken ? { Authorization: `Bearer ${memoryToken}` } : {};
+  const resp = await fetch(path, { headers });
+  if (!resp.ok) {
+    let msg = resp.statusText;
+    try { msg = (await resp.json()).error.message; } catch (e) { /* not JSON */ }
+    if (resp.status === 401 || resp.status === 403) authFailed(resp.status, msg);
+    throw new Error(msg);
+  }
+  const url = URL.createObjectURL(await resp.blob());
+  const link = el("a", { href: url, download: filename });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  URL.revokeObjectURL(url);
+}
+
 export function say(text) {
   $("#action-result").textContent = text;
 }

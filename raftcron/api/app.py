@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from raftcron.api import (
     alerts,
+    apply,
     calendars,
     cluster,
     digest_marks,
@@ -104,6 +105,8 @@ ROUTES = [
     Route("/v1/jobs", jobs.create_job, methods=["POST"]),
     Route("/v1/jobs", jobs.list_jobs, methods=["GET"]),
     Route("/v1/jobs:batchCreate", jobs.batch_create_jobs, methods=["POST"]),
+    Route("/v1/jobs:apply", apply.apply_jobs, methods=["POST"]),
+    Route("/v1/jobs:export", apply.export_jobs, methods=["GET"]),
     Route("/v1/jobs:pause", calendars.bulk_pause, methods=["POST"]),
     Route("/v1/jobs:resume", calendars.bulk_resume, methods=["POST"]),
     Route("/v1/calendars", calendars.list_calendars, methods=["GET"]),

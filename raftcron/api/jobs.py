@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from raftcron.api.auth import (
     can_see,
@@ -20,16 +20,22 @@ from raftcron.api.auth import (
 )
 from raftcron.api.calendars import compiled_calendars_of, pause_note
 from raftcron.api.context import ApiContext, idempotency_key, now_ms, request_hash, request_id
-from raftcron.api.errors import HTTPError, json_body
+from raftcron.api.errors import HTTPError, json_body, rejection_error
 from raftcron.api.policy import refuse_batch_outside_policy
 from raftcron.core import commands as c
 from raftcron.core.backfill import MAX_BACKFILL_INSTANTS, backfill_instants, check_backfill_span
 from raftcron.core.calendar import without_excluded
 from raftcron.core.errors import ALREADY_EXISTS, ValidationError
 from raftcron.core.model import JOB_ID_RE, Job, parse_job
-from raftcron.core.protocol import JOB_HISTORY_LEVEL
+from raftcron.core.protocol import (
+    BACKFILL_BY_INSTANT_LEVEL,
+    JOB_HISTORY_LEVEL,
+    TENANT_QUOTAS_LEVEL,
+)
 from raftcron.core.secrets import holds_redacted, restore_redacted
+from raftcron.core.tenant_policy import TenantQuotas
 from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
+from raftcron.state import backfills
 from raftcron.state.queries import (
     JOB_SELECT,
     OCC_SELECT,
@@ -37,6 +43,7 @@ from raftcron.state.queries import (
     occurrence_to_api,
     recent_occurrences,
 )
+from raftcron.state.tenants import PENDING_SQL, QUOTAS_SELECT, pending_refusal
 
 MAX_PAGE = 500
 MAX_BATCH_CREATE = 1000
@@ -184,7 +191,9 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
             results.append({"id": job.id, "created": True, "version": r["version"]})
         else:
             results.append({"id": job.id, "created": False, "error": {
-                "code": r["rejected"], "message": r["message"], "field": r.get("field")}})
+                "code": r["rejected"], "message": r["message"], "field": r.get("field"),
+                # a quota refusal names the quota, its limit, what is used and asked for
+                **{k: r[k] for k in ("quota", "limit", "used", "requested") if k in r}}})
     await _describe_existing(request, ctx, items, jobs, results)
     return JSONResponse({"created": sum(1 for r in results if r["created"]),
                          "results": results})
@@ -215,7 +224,7 @@ async def _describe_existing(request: Request, ctx: ApiContext, items: list[Any]
             jobs[i], compare_paused="paused" in items[i])
 
 
-async def list_jobs(request: Request) -> JSONResponse:
+async def list_jobs(request: Request) -> Response:
     ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     limit = page_limit(request)
@@ -243,8 +252,9 @@ async def list_jobs(request: Request) -> JSONResponse:
     more = len(rows) > limit
     rows = rows[:limit]
     reveal = reveals_secrets(request)
-    return JSONResponse({"jobs": [job_to_api(r, reveal_secrets=reveal) for r in rows],
-                         "next_cursor": rows[-1][0] if more else None})
+    return await ctx.page_response(lambda: {
+        "jobs": [job_to_api(r, reveal_secrets=reveal) for r in rows],
+        "next_cursor": rows[-1][0] if more else None})
 
 
 async def get_job(request: Request) -> JSONResponse:
@@ -374,22 +384,90 @@ async def backfill_job(request: Request) -> JSONResponse:
     instants, excluded = without_excluded(instants, await compiled_calendars_of(ctx, job))
     key = idempotency_key(request) or hashlib.sha256(
         f"{start}:{end}".encode()).hexdigest()[:16]
+    await refuse_backfill_over_quota(ctx, row[1], job_id, instants, key)
     # The key names the backfill (its occurrences are (job, instant, key)): one key may
     # cover several ranges, as `raftcron job backfill` sends one slice after another. So a
     # chunk's request id is bound to the caller and to the chunk's own instants, which is
     # all its content; a request hash would add nothing.
     who = principal_of(request).identity
     ids: list[str] = []
-    created = 0
+    created = existing = 0
     for i in range(0, len(instants), BACKFILL_CHUNK):
         chunk = instants[i : i + BACKFILL_CHUNK]
-        result = await ctx.propose(c.Backfill(
-            f"backfill {job_id} {who} {key} {chunk[0]}-{chunk[-1]}", ctx.stamp_ms(), job_id, key,
-            chunk,
-        ))
+        try:
+            result = await ctx.propose(c.Backfill(
+                f"backfill {job_id} {who} {key} {chunk[0]}-{chunk[-1]}", ctx.stamp_ms(), job_id,
+                key, chunk,
+            ))
+        except HTTPError as e:
+            if ids:  # earlier chunks are committed: the answer says exactly which
+                await describe_partial_backfill(ctx, e, ids, created, len(instants), chunk)
+            raise
         ids += result["occurrence_ids"]
         if not result.get("replayed_request"):
             created += result.get("created", 0)
-    return JSONResponse({"job_id": job_id, "request_key": key, "occurrence_ids": ids,
-                         "count": len(ids), "created": created, "excluded": excluded},
-                        status_code=202)
+            existing += result.get("existing", 0)
+        else:  # this request was applied before: every instant of the chunk has its run
+            existing += len(chunk)
+    out = {"job_id": job_id, "request_key": key, "occurrence_ids": ids, "count": len(ids),
+           "created": created, "excluded": excluded}
+    if ctx.writable_level() >= BACKFILL_BY_INSTANT_LEVEL:
+        out["existing"] = existing
+    return JSONResponse(out, status_code=202)
+
+
+async def refuse_backfill_over_quota(ctx: ApiContext, tenant: str, job_id: str,
+                                     instants: list[int], key: str) -> None:
+    """429 naming `max_pending_runs` before anything is proposed when the runs this
+    backfill would create do not fit the tenant's quota, so that a refusal leaves nothing
+    committed. Judged on this node's state, as apply judges each chunk (state.backfills,
+    state.tenants): apply still has the last word, and a race with other writes is
+    answered by `describe_partial_backfill`."""
+    if not instants or ctx.writable_level() < TENANT_QUOTAS_LEVEL:
+        return
+    row = await ctx.fetchone(QUOTAS_SELECT, (tenant,))
+    limit = (TenantQuotas(*row) if row else TenantQuotas()).in_effect(True).max_pending_runs
+    if limit is None:
+        return
+    # The statements of backfills.plan, on this node's reader.
+    own = backfills.own_ids(job_id, instants, key)
+    rows: list[tuple[int, str]] = []
+    for sql, params in backfills.cover_queries(job_id, instants):
+        rows += [(r[0], r[1]) for r in await ctx.fetchall(sql, params)]
+    have = {r[0] for sql, params in backfills.own_queries(own)
+            for r in await ctx.fetchall(sql, params)}
+    covered = backfills.covering(rows, instants, own)
+    adding = len(backfills.to_create(instants, own, covered, have))
+    pending_row = await ctx.fetchone(PENDING_SQL, (tenant,))
+    refused = pending_refusal(tenant, int(pending_row[0]) if pending_row else 0, adding, limit)
+    if refused is not None:
+        raise rejection_error(refused)
+
+
+async def describe_partial_backfill(ctx: ApiContext, error: HTTPError, ids: list[str],
+                                    created: int, total: int, failed: list[int]) -> None:
+    """Add to the error of a backfill chunk what the chunks before it committed.
+
+    A backfill is sent in chunks of BACKFILL_CHUNK instants (each apply must stay short),
+    so a chunk refused after others were applied — the job deleted meanwhile (404), the
+    quota filled by another request (429), an unknown outcome (503) — leaves those
+    committed. The error says so: `committed` lists the occurrence ids those chunks
+    answered (runs they created, and runs that already covered their instants), how many
+    runs they created, and the statuses of those runs now (a delete cancels the pending
+    ones), and `not_committed_from` the first instant of the refused chunk. Read on this
+    node, which applied the refused entry, and so whatever was committed before it."""
+    statuses: dict[str, int] = {}
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        marks = ",".join("?" * len(part))
+        for status, n in await ctx.fetchall(
+                f"SELECT status, count(*) FROM occurrences WHERE id IN ({marks}) "
+                "GROUP BY status", part):
+            statuses[status] = statuses.get(status, 0) + int(n)
+    error.extra["committed"] = {"count": len(ids), "created": created,
+                                "occurrence_ids": ids, "statuses": statuses}
+    error.extra["not_committed_from"] = ms_to_iso(failed[0])
+    maybe = " (that chunk may have been applied too)" if error.status == 503 else ""
+    error.message = (f"{error.message}; {len(ids):,} of the backfill's {total:,} instants "
+                     f"were committed before this error (error.committed lists them), the "
+                     f"instants from {ms_to_iso(failed[0])} were not{maybe}")

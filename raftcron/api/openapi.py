@@ -25,6 +25,7 @@ from typing import Any
 
 from raftcron.api import (
     alerts,
+    apply,
     groups,
     job_history,
     jobpage,
@@ -56,14 +57,16 @@ JOB_WRITE = (404, *RAFT_WRITE)
 DESCRIPTIONS = {
     400: "invalid input: `error.field` names the field, `error.message` the reason",
     401: "no token, or a token this cluster does not know",
-    403: "the token's scopes do not allow this, or a quota or tenant policy refuses it",
+    403: "the token's scopes do not allow this, or the tenant policy refuses it",
     404: "no such resource (or one the token may not see)",
-    409: "conflicts with the current state (exists already, stale fencing token, a feature "
-         "the cluster is not fully upgraded for: cluster_not_upgraded, ...)",
+    409: "conflicts with the current state (exists already, stale fencing token, a tenant "
+         "quota: quota_exceeded naming max_jobs or max_schedules, a feature the cluster is "
+         "not fully upgraded for: cluster_not_upgraded, ...)",
     412: "If-Match names another version than the current one",
     413: "the request body exceeds 1 MiB",
     422: "the Idempotency-Key was used before for another request",
-    429: "a rate limit (max_fires_per_minute); Retry-After says when to try again",
+    429: "a rate limit (max_fires_per_minute) or the tenant's max_pending_runs quota; "
+         "Retry-After says when to try again",
     503: "no leader, the outcome is unknown (retry with the same Idempotency-Key), or "
          "this node knows no confirmed cluster time to stamp a write with "
          "(`clock_unconfirmed`); Retry-After: 1",
@@ -88,6 +91,7 @@ def _any_case(words: list[str]) -> str:
 
 JOB_ID = {"type": "string", "pattern": _anchored(model.JOB_ID_RE)}
 NAME = {"type": "string", "pattern": _anchored(model.NAME_RE)}
+LABEL_VALUE = {"type": "string", "pattern": _anchored(model.LABEL_VALUE_RE)}
 # An instant between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z (in UTC) with an
 # offset or Z; the pattern states the year range and the offset, the rest is date-time.
 _AFTER_THE_YEAR = r"-[0-9]{2}-[0-9]{2}[Tt ][0-9:.]+([Zz]|[+-][0-9]{2}:[0-9]{2})$"
@@ -106,7 +110,6 @@ SECRET_REF = {"type": "object", "required": ["secret"], "additionalProperties": 
               "properties": {"secret": {"type": "string",
                                         "pattern": _anchored(SECRET_NAME_RE)}},
               "description": "a secret held by the worker (its secrets file), by name"}
-NO_CR_LF = r"^[^\r\n]*$"
 CRON = {
     # The format says it all (an empty string is no cron expression either); a pattern or
     # length bounds beside it would make generators draw from those instead of the format.
@@ -160,12 +163,14 @@ HTTP_TARGET = {"type": "object", "required": ["http"], "additionalProperties": F
                            list(model.HTTP_METHODS)), "description": "default POST"},
                        "headers": {"type": ["object", "null"],
                                    "maxProperties": model.MAX_HEADERS,
-                                   "propertyNames": {"maxLength": model.MAX_HEADER_NAME_LEN,
-                                                     "pattern": NO_CR_LF},
+                                   "propertyNames": {
+                                       "maxLength": model.MAX_HEADER_NAME_LEN,
+                                       "pattern": _anchored(model.HEADER_NAME_RE)},
                                    "additionalProperties": {"anyOf": [
                                        {"type": "string",
                                         "maxLength": model.MAX_HEADER_VALUE_LEN,
-                                        "pattern": NO_CR_LF}, SECRET_REF]}},
+                                        "pattern": _anchored(model.HEADER_VALUE_RE)},
+                                       SECRET_REF]}},
                        "body": {"anyOf": [{"type": "string", "maxLength": model.MAX_BODY_LEN},
                                           SECRET_REF, {"type": "null"}]},
                    }}}}
@@ -286,7 +291,9 @@ HOST_PATTERN = {"type": "string", "description": "a host, *.domain, or an IP",
 TENANT_INPUT: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "description": "Quotas and policy of one tenant; the body replaces every field: a "
-                   "missing or null quota is unlimited, a missing or null policy list is any",
+                   "missing or null max_jobs, max_schedules or max_pending_runs is its "
+                   "default (100,000), another missing or null quota is unlimited, a "
+                   "missing or null policy list is any",
     "properties": {
         **{key: QUOTA for key in tenants.QUOTAS},
         "queues": {"type": ["array", "null"], "maxItems": MAX_PATTERNS, "items": NAME},
@@ -351,6 +358,13 @@ LIMIT = {"type": "integer", "minimum": 1, "maximum": jobs.MAX_PAGE, "default": 1
 
 
 # --- operations ----------------------------------------------------------------------------
+
+def _any_content(op: dict, media_types: Any) -> dict:
+    """`op` whose 200 answer is text of any of `media_types`."""
+    op["responses"]["200"]["content"] = {
+        m: {"schema": JSON_OBJ if m == JSON else {}} for m in media_types}
+    return op
+
 
 def _op(summary: str, *, body: dict | None = None, body_required: bool = True, ok: int = 200,
         params: list[dict] | None = None, errors: tuple[int, ...] = (),
@@ -543,6 +557,35 @@ def _spec() -> dict[str, Any]:
                     "jobs": {"type": "array", "minItems": 1, "maxItems": jobs.MAX_BATCH_CREATE,
                              "items": JOB_INPUT}}},
                 errors=RAFT_WRITE)},
+            "/v1/jobs:apply": {"post": _op(
+                "Make a tenant's jobs match a list of specs (jobs as code): the plan "
+                "(create, change field by field with secrets as ***, and with prune "
+                "delete) and its expect; an apply sends expect back and commits the plan "
+                "whole in one entry, or nothing of it (409 when a job moved since)",
+                body={"type": "object", "required": ["jobs"], "additionalProperties": False,
+                      "properties": {
+                          "jobs": {"type": "array", "minItems": 1,
+                                   "maxItems": apply.MAX_APPLY_JOBS, "items": JOB_INPUT},
+                          "tenant": NAME,
+                          "prune": {"type": "boolean"}, "dry_run": {"type": "boolean"},
+                          "selector": {"type": "object", "propertyNames": NAME,
+                                       "additionalProperties": LABEL_VALUE},
+                          "expect": {"type": "object", "additionalProperties": {
+                              "type": "integer", "minimum": 0}}},
+                      # An apply sends the plan's expect back; a dry run needs none.
+                      "anyOf": [{"required": ["dry_run"],
+                                 "properties": {"dry_run": {"const": True}}},
+                                {"required": ["expect"]}],
+                      # A selector chooses what prune deletes: only with prune.
+                      "dependentSchemas": {"selector": {"anyOf": [
+                          {"properties": {"selector": {"maxProperties": 0}}},
+                          {"required": ["prune"], "properties": {"prune": {"const": True}}}]}}},
+                errors=(409, *JOB_WRITE))},
+            "/v1/jobs:export": {"get": _any_content(_op(
+                "The jobs this token reads as a jobs file (TOML, YAML or JSON) that apply "
+                "reads back unchanged; secrets as ***", content="application/toml",
+                params=[_query("format", {"enum": list(apply.FORMATS)}), _query("tenant")],
+                errors=(413,)), apply.MEDIA_TYPES.values())},
             "/v1/jobs/{job_id}": {
                 "get": _op("A job with its next fire times", params=[*JOB, CONSISTENT],
                            errors=(404,)),
@@ -572,7 +615,9 @@ def _spec() -> dict[str, Any]:
                 body_required=False, errors=(404, *RAFT_WRITE))},
             "/v1/jobs/{job_id}/backfill": {"post": _op(
                 "Create occurrences for the nominal instants in a range (at most ten years "
-                f"and {jobs.MAX_BACKFILL:,} instants; end not before start)", ok=202,
+                f"and {jobs.MAX_BACKFILL:,} instants; end not before start). An instant the "
+                "job already has a run of waiting, running or succeeded creates nothing, "
+                "whatever the Idempotency-Key (`existing` counts them)", ok=202,
                 params=JOB,
                 body={"type": "object", "required": ["start", "end"],
                       "additionalProperties": False,

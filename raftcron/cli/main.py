@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
+from raftcron.cli.common import DEFAULT_SERVER, print_output
+
 TOKEN_HELP = "bearer token (default: $RAFTCRON_TOKEN)"
 # `job add` / `job edit` options for the run bounds (job fields of the same names).
 RUN_BOUND_OPTIONS = {
@@ -275,21 +276,10 @@ def worker_credentials(args: argparse.Namespace) -> tuple[str | None, Any]:
 
 # --- API clients -------------------------------------------------------------------------------
 
-def _client(args: argparse.Namespace) -> Any:
+def client_for(args: argparse.Namespace) -> Any:
     from raftcron.cli.client import Client
 
     return Client([s for s in args.server.split(",") if s], token=args.token or None)
-
-
-def _print(args: argparse.Namespace, data: Any, table: list[tuple[str, ...]] | None = None,
-           header: tuple[str, ...] | None = None) -> None:
-    if args.json or table is None:
-        print(json.dumps(data, indent=2))
-        return
-    rows = [header] + table if header else table
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _read_json(path: str) -> Any:
@@ -378,7 +368,7 @@ def _checked_bounds(body: dict[str, Any]) -> dict[str, Any]:
 def cmd_job(args: argparse.Namespace) -> int:
     from raftcron.cli.client import ApiError
 
-    client = _client(args)
+    client = client_for(args)
     try:
         return _job_action(args, client)
     except ApiError as e:
@@ -392,19 +382,19 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
     if action == "add":
         job = client.request("POST", "/v1/jobs", json=_checked_bounds(_job_body(args)),
                              retries=3)
-        _print(args, job, [(job["id"], str(job["version"]),
+        print_output(args, job, [(job["id"], str(job["version"]),
                             (job["next_fire_times"] or [{"utc": "-"}])[0]["utc"])],
                ("id", "version", "next fire (UTC)"))
     elif action == "list":
         data = client.request("GET", "/v1/jobs", params={"limit": 500})
-        _print(args, data, [(j["id"], j["tenant"], " | ".join(
+        print_output(args, data, [(j["id"], j["tenant"], " | ".join(
                                  s["cron"] for s in j.get("schedules") or [j["schedule"]]),
                              (j.get("schedule") or j["schedules"][0])["timezone"],
                              "paused" if j["paused"] else "active",
                              str(j["version"])) for j in data["jobs"]],
                ("id", "tenant", "cron", "timezone", "state", "version"))
     elif action == "show":
-        _print(args, client.request("GET", f"/v1/jobs/{args.job_id}"))
+        print_output(args, client.request("GET", f"/v1/jobs/{args.job_id}"))
     elif action == "edit":
         current = client.request("GET", f"/v1/jobs/{args.job_id}")
         body = {k: v for k, v in current.items() if k not in (
@@ -414,18 +404,18 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
         _checked_bounds(body)
         job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
                              headers={"If-Match": str(current["version"])}, retries=3)
-        _print(args, job, [(job["id"], str(job["version"]))], ("id", "version"))
+        print_output(args, job, [(job["id"], str(job["version"]))], ("id", "version"))
     elif action in ("pause", "resume"):
         job = client.request("POST", f"/v1/jobs/{args.job_id}/{action}")
-        _print(args, job, [(job["id"], "paused" if job["paused"] else "active")],
+        print_output(args, job, [(job["id"], "paused" if job["paused"] else "active")],
                ("id", "state"))
     elif action == "trigger":
         headers = {"Idempotency-Key": args.key} if args.key else None
         occ = client.request("POST", f"/v1/jobs/{args.job_id}/trigger", headers=headers,
                              json={"override_overlap": args.override_overlap})
-        _print(args, occ, [(occ["id"], occ["status"])], ("occurrence", "status"))
+        print_output(args, occ, [(occ["id"], occ["status"])], ("occurrence", "status"))
     elif action == "rm":
-        _print(args, client.request("DELETE", f"/v1/jobs/{args.job_id}"),
+        print_output(args, client.request("DELETE", f"/v1/jobs/{args.job_id}"),
                [(args.job_id, "deleted")], ("id", "state"))
     elif action == "backfill":
         _backfill(args, client)
@@ -525,7 +515,7 @@ def _import(args: argparse.Namespace, client: Any) -> int:
                     refused.append(f"{r['id']}: {e}")
         differing = []
     left = [{"id": r["id"], "fields": r["differs"]} for _, r in differing]
-    _print(args, {"created": created, "unchanged": unchanged, "updated": updated,
+    print_output(args, {"created": created, "unchanged": unchanged, "updated": updated,
                   "differing": left, "refused": refused},
            [(str(created), str(unchanged), str(len(updated)), str(len(left)),
              str(len(refused)))],
@@ -597,7 +587,7 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
                "count": len(ids), "created": created}
     if not args.json:
         print(f"backfill {key}: {len(ids)} occurrences ({created} new)", file=sys.stderr)
-    _print(args, summary, [(o,) for o in ids] or [("(no instants in range)",)],
+    print_output(args, summary, [(o,) for o in ids] or [("(no instants in range)",)],
            ("occurrence",))
 
 
@@ -613,7 +603,7 @@ def _status_once(args: argparse.Namespace) -> int:
     from raftcron.cli.client import ApiError
 
     try:
-        st = _client(args).request("GET", "/v1/cluster/nodes", retries=2)
+        st = client_for(args).request("GET", "/v1/cluster/nodes", retries=2)
     except ApiError as e:
         return _fail(str(e))
 
@@ -626,13 +616,13 @@ def _status_once(args: argparse.Namespace) -> int:
                                     "last_applied_index", "replication_lag")))
             for n in st["nodes"]]
     try:
-        queues = _client(args).request("GET", "/v1/status/queues", retries=2)["queues"]
+        queues = client_for(args).request("GET", "/v1/status/queues", retries=2)["queues"]
     except ApiError as e:  # a node too old to say, or a token that may not read it
         queues, note = None, f"queues: not available ({e})"
     if args.json:
-        _print(args, {**st, "queues": queues})
+        print_output(args, {**st, "queues": queues})
         return 0
-    _print(args, st, rows,
+    print_output(args, st, rows,
            ("node", "role", "term", "epoch", "leader", "commit", "applied", "lag"))
     print()
     if queues is None:
@@ -641,8 +631,9 @@ def _status_once(args: argparse.Namespace) -> int:
         print("queues: none")
     else:
         # A pool that falls behind shows here first: runs due, and the longest wait.
-        _print(args, queues, [(q["queue"], str(q["depth"]), f'{q["oldest_due_age_s"]:.1f}')
-                              for q in queues], ("queue", "due", "oldest_wait_s"))
+        print_output(args, queues, [(q["queue"], str(q["depth"]),
+                                     f'{q["oldest_due_age_s"]:.1f}') for q in queues],
+                     ("queue", "due", "oldest_wait_s"))
     return 0
 
 
@@ -663,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raftcron.cli.deploy_init import register as register_deploy
 
     register_deploy(sub)
+    from raftcron.cli.jobs_as_code import register as register_jobs_as_code
+
+    register_jobs_as_code(sub)
 
     sp = sub.add_parser("schedule", help="schedule tools")
     ssub = sp.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)

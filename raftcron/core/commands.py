@@ -213,6 +213,24 @@ class DeleteCalendar(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class ApplyJobs(Command):
+    """A plan of `apply -f` (api.apply), applied whole or not at all (state.apply_jobs).
+
+    `puts`: [[spec, version the plan read (0: absent)], ...] to create or edit;
+    `deletes`: [[job id, version], ...]; `unchanged`: [[job id, version], ...], the jobs
+    the plan left as they are, which must not have moved either."""
+
+    TYPE: ClassVar[str] = "apply_jobs"
+    request_id: str
+    now_ms: int
+    puts: list[list[Any]] = field(default_factory=list)
+    deletes: list[list[Any]] = field(default_factory=list)
+    unchanged: list[list[Any]] = field(default_factory=list)
+    request_hash: str | None = None
+    who: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BulkPause(Command):
     """Pause (or resume) every job a selector names: {"tenant": t}, {"queue": q} or
     {"label": [key, value]}, within `tenants` (the caller's; None: admin, all). Each job
@@ -248,9 +266,10 @@ class Prune(Command):
 
 @dataclass(frozen=True, slots=True)
 class PutTenant(Command):
-    """Set a tenant's quotas (None: unlimited) and policy (None: any; see
-    core.tenant_policy). Enforced deterministically at apply. Entries written before the
-    policy fields existed decode with them None: no policy, as then."""
+    """Set a tenant's quotas (None: not set, which is the quota's default or unlimited;
+    see core.tenant_policy) and policy (None: any). Enforced deterministically at apply.
+    Entries written before the policy fields, or the schedules and pending-runs quotas,
+    existed decode with them None."""
 
     TYPE: ClassVar[str] = "put_tenant"
     request_id: str
@@ -262,12 +281,15 @@ class PutTenant(Command):
     queues: list[str] | None = None
     targets: list[str] | None = None
     http_hosts: list[str] | None = None
+    max_schedules: int | None = None
+    max_pending_runs: int | None = None
 
     def args(self) -> dict[str, Any]:
-        """Policy fields that are None are left out: an entry without a policy stays
-        readable by a node of the previous version during a rolling upgrade."""
+        """Policy fields and the newer quotas that are None are left out: an entry that
+        sets none of them stays readable by a node of the previous version during a
+        rolling upgrade."""
         out = Command.args(self)
-        for name in ("queues", "targets", "http_hosts"):
+        for name in ("queues", "targets", "http_hosts", "max_schedules", "max_pending_runs"):
             if out[name] is None:
                 del out[name]
         return out
@@ -575,7 +597,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     c.TYPE: c
     for c in (
         PutJob, CreateJobs, DeleteJob, PauseJob, ResumeJob, TriggerManual, Backfill, Barrier, Prune,
-        PutCalendar, DeleteCalendar, BulkPause,
+        PutCalendar, DeleteCalendar, BulkPause, ApplyJobs,
         PutTenant, RetryOutbox, SetWebhookKey, AlertAction, CancelOccurrence,
         PutConcurrencyGroup, BeginEpoch, Claim, Lease, Sweep, RaiseAlert, ResolveAlert,
         ConfirmClock, SetClusterLevel, AckOutbox, RouteOutbox, AckDeliveries, Heartbeat,

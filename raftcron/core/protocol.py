@@ -23,9 +23,12 @@ The levels, read from `git log`:
   the `who` of the job commands, and the history of edits apply records from them;
   a run handed back before its instant stays due at its instant (apply); a sweep
   releases an unacknowledged lease of an earlier epoch at once (apply); `min_duration_s`
-  counts from the later of a run's lease and its instant (apply). Level 2 is not
-  released yet, so these apply rules joined it rather than making a level 3: two builds
-  from before and after one of them, mixed in one cluster, could disagree on it.
+  counts from the later of a run's lease and its instant (apply); the tenant quota
+  fields `PutTenant.max_schedules` and `max_pending_runs`, the defaults of the
+  state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
+  nothing for an instant the job already has waiting, running or done (apply). Level 2 is
+  not released yet, so these apply rules joined it rather than making a level 3: two
+  builds from before and after one of them, mixed in one cluster, could disagree on it.
 
 A tagged field is written only when it differs from its default (`Command.args`), so an
 entry that uses none of a level's features is byte for byte what the older build wrote.
@@ -58,6 +61,7 @@ COMMAND_LEVELS: dict[type[c.Command], Requirement] = {
     c.PutCalendar: Requirement(2, "calendars"),
     c.DeleteCalendar: Requirement(2, "calendars"),
     c.BulkPause: Requirement(2, "bulk pause"),
+    c.ApplyJobs: Requirement(2, "jobs as code"),
     c.CancelOccurrence: Requirement(2, "cancel"),
     c.PutConcurrencyGroup: Requirement(2, "concurrency groups"),
     c.ConfirmClock: Requirement(2, "clock confirmations"),
@@ -71,6 +75,9 @@ FIELD_LEVELS: dict[tuple[type[c.Command], str], Requirement] = {
     (c.RaiseAlert, "deadline_ms"): Requirement(2, "cluster_unavailable cause", "deadline_ms"),
     **{(kind, "who"): Requirement(2, "history of edits", "who")
        for kind in (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob)},
+    **{(c.PutTenant, name): Requirement(2, "tenant quotas on schedules and pending runs",
+                                        name)
+       for name in ("max_schedules", "max_pending_runs")},
 }
 # Apply records a job's history of edits (state.job_history) only from this level on: a
 # level-1 build has no such table, and its state must stay the same as the others'.
@@ -91,6 +98,19 @@ RELEASE_PREVIOUS_EPOCH_LEVEL = 2
 # from this level on (run alerts re-raise `failures:<job>` for another occurrence); a
 # level-1 build keeps the first raise's, and the states must agree until then.
 ALERT_REOCCURRENCE_LEVEL = 2
+
+# From this level on, apply bounds what each tenant keeps in the state: a null
+# `max_jobs`, `max_schedules` or `max_pending_runs` is its default
+# (core.tenant_policy.QUOTA_DEFAULTS), schedules are counted at job create and edit, and
+# pending runs at backfill and manual trigger (state.tenants). A level-1 build has no
+# such quotas (a null max_jobs is unlimited there), and the states must agree until then.
+TENANT_QUOTAS_LEVEL = 2
+# From this level on, a backfill creates nothing for an instant the job already has a
+# run of (scheduled or backfilled, under any request key) waiting, running or succeeded
+# (state.backfills); a level-1 build names a backfill's occurrences by (job, instant,
+# key) alone, so every new key made every instant again, and the states must agree
+# until then.
+BACKFILL_BY_INSTANT_LEVEL = 2
 
 # Optional fields of a job spec (PutJob.job, CreateJobs.jobs): an older build's Job refuses
 # any key it does not know.

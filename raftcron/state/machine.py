@@ -24,6 +24,7 @@ from raftcron.core import commands as c
 from raftcron.core import errors, protocol
 from raftcron.state import (
     alerts,
+    apply_jobs,
     attempts,
     availability,
     calendars,
@@ -113,6 +114,7 @@ def _barrier(ctx: ApplyContext, cmd: c.Barrier) -> dict[str, Any]:
 
 HANDLERS: dict[type[c.Command], Handler] = {
     c.PutJob: jobs.put_job,
+    c.ApplyJobs: apply_jobs.apply_jobs,
     c.CreateJobs: jobs.create_jobs,
     c.DeleteJob: jobs.delete_job,
     c.PauseJob: jobs.pause_job,
@@ -160,7 +162,7 @@ REQUEST_HASH_KEY = "_request_hash"
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
            c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
            c.CancelOccurrence, c.PutConcurrencyGroup, c.PutCalendar, c.DeleteCalendar,
-           c.BulkPause)
+           c.BulkPause, c.ApplyJobs)
 
 
 class StateMachine:

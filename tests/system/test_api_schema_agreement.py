@@ -77,6 +77,10 @@ BASES: dict[tuple[str, str], tuple[dict[str, str], Any]] = {
     ("PUT", "/v1/jobs/{job_id}"): ({"job_id": "agree"}, lambda: {
         "schedule": {"cron": "0 9 * * *"}, "target": {"shell": "true"}}),
     ("POST", "/v1/jobs:batchCreate"): ({}, lambda: {"jobs": [_job()]}),
+    # A dry run: the plan is computed, nothing is applied. Sent as an apply (dry_run
+    # false), the empty expect is not the plan's: 409, nothing applied.
+    ("POST", "/v1/jobs:apply"): ({}, lambda: {"jobs": [_job()], "tenant": "agree-apply",
+                                              "dry_run": True, "expect": {}}),
     ("PUT", "/v1/tenants/{name}"): ({"name": "agree"}, dict),
     ("POST", "/v1/alerts/{alert_id}/ack"): ({"alert_id": "none:x"}, lambda: {"note": "why"}),
     ("POST", "/v1/alerts/{alert_id}/resolve"): ({"alert_id": "none:x"},
@@ -118,7 +122,8 @@ INVALID_ONLY = {("POST", "/v1/cluster/members")}
 # The error's `field` for a path parameter, where the validator names it otherwise.
 ERROR_FIELD = {"job_id": "id", "alert_id": "id", "outbox_id": "id"}
 # batchCreate's items are the job schema, covered field by field on POST /v1/jobs.
-NOT_DESCENDED = {("POST", "/v1/jobs:batchCreate", ("jobs", 0))}
+NOT_DESCENDED = {("POST", "/v1/jobs:batchCreate", ("jobs", 0)),
+                 ("POST", "/v1/jobs:apply", ("jobs", 0))}
 
 INSTANTS = (["2026-01-01T00:00:00Z", "2026-06-01T12:30:00.250+02:00",
              "1970-01-01T00:00:00Z"],
@@ -183,6 +188,9 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
              [[], "x", [{"id": "agree-batch", "schedule": "0 9 * * *",
                          "target": {"shell": "true"}}] * 1001]),
     "attempts": ([[PAIR]], [[], "x", [PAIR] * 1001]),
+    # jobs:apply (its base is a dry run without prune, so a non-empty selector is refused).
+    "selector": ([{}], [{"team": "billing"}, {"a b": "x"}, {"team": "a b"}, "x", None]),
+    "expect": ([{}, {"agree-x": 3}], [{"a": -1}, {"a": "1"}, {"a": True}, "x", None]),
     "completions": ([[{**PAIR, "outcome": "failed"}]], [[], "x"]),
     "output": (["", "log"], [5, ["x"]]),
     "http_hosts": ([["ex.test", "*.ex.test", "10.0.0.1", "Ex.Test."], []],

@@ -36,6 +36,8 @@ SAMPLES: list[c.Command] = [
     c.DeleteCalendar("rc2", 1, "h", tenants=["t"]),
     c.BulkPause("rc3", 1, {"label": ["team", "billing"]}, True, "alice", "freeze",
                 tenants=None),
+    c.ApplyJobs("rc4", 1, puts=[[{"id": "j1"}, 0]], deletes=[["j2", 3]],
+                unchanged=[["j3", 1]], request_hash="h", who="alice"),
     c.Prune(request_id="r9", now_ms=9, before_ms=5, limit=7),
     c.PutTenant(request_id="r10", now_ms=10, name="acme", max_jobs=5, max_concurrent_runs=2,
                 max_fires_per_minute=60),
@@ -96,12 +98,12 @@ def test_envelope(cmd):
     assert obj["v"] == c.CODEC_VERSION
     assert obj["t"] == cmd.TYPE
     # Every field, except newer optional ones a command leaves out while at their default
-    # (so that the previous version can still decode it: PutTenant's policy fields,
-    # core.protocol's tagged fields, the `who` of the job commands).
+    # (so that the previous version can still decode it: PutTenant's policy fields and
+    # newer quotas, core.protocol's tagged fields, the `who` of the job commands).
     omitted = {f.name for f in dataclasses.fields(cmd)} - set(obj["a"])
     assert all(getattr(cmd, name) == c.field_default(type(cmd), name) for name in omitted)
     assert omitted <= {"queues", "targets", "http_hosts", "deadline_ms", "ahead_ms",
-                       "before_start", "who"}
+                       "before_start", "who", "max_schedules", "max_pending_runs"}
 
 
 def test_raise_alert_written_before_deadline_ms_decodes_without_it():

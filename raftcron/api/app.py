@@ -44,6 +44,7 @@ from raftcron.api.auth import Authenticator, AuthMiddleware, node_token
 from raftcron.api.context import ApiContext
 from raftcron.api.errors import HTTPError, error_response
 from raftcron.api.openapi import openapi_spec
+from raftcron.api.schema_gate import check_body
 from raftcron.auth import TOKEN_USAGE_FILE
 from raftcron.cluster.peer_tls import peer_tls
 from raftcron.core.errors import ValidationError
@@ -214,4 +215,5 @@ def create_app(node: NodeView) -> Starlette:
         },
     )
     app.state.ctx = ctx
+    app.state.body_gate = check_body
     return app

@@ -113,9 +113,19 @@ async def json_body(request: Request, *, required: bool = True) -> Any:
         if required:
             raise ValidationError("body", "a JSON object is required")
         return {}
-    if len(raw) > PARSE_INLINE_BYTES:  # a large body is parsed off the event loop
-        return await asyncio.to_thread(parse_json_body, raw)
-    return parse_json_body(raw)
+    # The body is checked against the schema /openapi.json declares for this operation
+    # (api/schema_gate.py, set by create_app): the served document is what is enforced.
+    gate = request.app.state.body_gate
+    route_path = request.scope["route"].path
+    if len(raw) > PARSE_INLINE_BYTES:  # a large body is parsed and checked off the loop
+        return await asyncio.to_thread(_parse_and_check, raw, gate, request.method, route_path)
+    return _parse_and_check(raw, gate, request.method, route_path)
+
+
+def _parse_and_check(raw: bytes, gate: Any, method: str, route_path: str) -> Any:
+    value = parse_json_body(raw)
+    gate(method, route_path, value)
+    return value
 
 
 def _finite_float(text: str) -> float:

@@ -242,10 +242,11 @@ JOB_INPUT["properties"].update({
 })
 JOB_INPUT["required"] = ["id", "target"]
 JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]}]
-# PUT takes the id from the URL.
+# PUT takes the id from the URL; a body may repeat it (an exported job put back as it is).
 JOB_REPLACE: dict[str, Any] = {
     **JOB_INPUT, "required": ["target"],
-    "properties": {k: v for k, v in JOB_INPUT["properties"].items() if k != "id"},
+    "properties": {**JOB_INPUT["properties"], "id": {
+        **JOB_ID, "description": "optional; when given, it must be the job id of the URL"}},
 }
 
 _YEAR = r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
@@ -270,7 +271,11 @@ CALENDAR_INPUT: dict[str, Any] = {
                     "items": {"oneOf": EXCLUSIONS}},
     },
 }
-NOTE = {"type": "string", "minLength": 1, "maxLength": alerts.MAX_NOTE, "pattern": r"\S"}
+NOTE = {"type": "string", "minLength": 1, "maxLength": alerts.MAX_NOTE, "pattern": r"\S",
+        "description": "why: at least one character that is not white space"}
+# The body of an action a person takes (an alert's ack or resolve, a run's cancel).
+NOTE_BODY = {"type": "object", "additionalProperties": False, "required": ["note"],
+             "properties": {"note": NOTE}}
 BULK_PAUSE: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["note"],
     "oneOf": [{"required": ["tenant"]}, {"required": ["queue"]}, {"required": ["label"]}],
@@ -493,10 +498,7 @@ def _spec() -> dict[str, Any]:
                 "409 when it is already resolved" + extra,
                 params=[_path("alert_id", {"type": "string", "minLength": 1,
                                            "maxLength": alerts.MAX_ALERT_ID})],
-                body={"type": "object", "additionalProperties": False, "required": ["note"],
-                      "properties": {"note": {"type": "string", "minLength": 1,
-                                              "maxLength": alerts.MAX_NOTE,
-                                              "pattern": r"\S"}}},
+                body=NOTE_BODY,
                 errors=(404, *RAFT_WRITE))}
                for action, summary, extra in (
                    ("ack", "Acknowledge", " or already acknowledged"), ("resolve", "Resolve", ""))},
@@ -708,10 +710,7 @@ def _spec() -> dict[str, Any]:
                 "once; a running one is told by its heartbeat answer, killed after a grace "
                 "period and ends cancelled. 409 naming the state when it already ended",
                 params=[_path("occurrence_id")],
-                body={"type": "object", "additionalProperties": False, "required": ["note"],
-                      "properties": {"note": {"type": "string", "minLength": 1,
-                                              "maxLength": alerts.MAX_NOTE,
-                                              "pattern": r"\S"}}},
+                body=NOTE_BODY,
                 errors=(404, *RAFT_WRITE))},
             "/v1/concurrency-groups": {"get": _op(
                 "Concurrency groups of the visible tenants (set, or named by a job), with "

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from raftcron.api.schema_gate import check_body
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import parse_job
 
@@ -94,6 +95,8 @@ def _jobs_of_file(file: Path) -> list[FileJob]:
         if not isinstance(job, dict):
             raise JobFileError(f"{item.where}: must be a table (object)")
         try:
+            # The server's own checks, in its order: the served schema, then the core.
+            check_body("POST", "/v1/jobs", json.loads(json.dumps(job, default=str)))
             parse_job(job)
         except ValidationError as e:
             raise JobFileError(f"{item.where}: {e.field}: {e.message}") from None

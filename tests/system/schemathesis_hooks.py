@@ -4,10 +4,11 @@
   least once), as a client reading the format's description would write them.
 - Constraints between fields, which JSON Schema cannot state and /openapi.json names in
   descriptions, are kept by putting generated ranges in order before they are sent:
-  `end_at` after `start_at`; a backfill `end` not before `start` and at most ten years
-  after it; the duration bounds in order (`min_duration_s` at most `max_duration_s`, a
-  bound not below `max_runtime_s` dropped); a calendar window's `end` after its `start`
-  (swapped, or the window dropped when both are one instant); the names of a job's
+  `end_at` after `start_at` (of `schedule` and of each entry of `schedules`); a backfill
+  `end` not before `start` and at most ten years after it; the duration bounds in order
+  (`min_duration_s` at most `max_duration_s`, a bound not below `max_runtime_s` dropped);
+  a calendar window's `end` after its `start` (swapped, or the window dropped when both
+  are one instant); a job PUT's body `id` the one of its URL; the names of a job's
   `schedules` distinct (an unnamed one is named by its position, so an explicit name of
   digits or a repeated one is replaced by a fresh one). Every other value goes out as
   generated.
@@ -26,6 +27,7 @@ import schemathesis
 from hypothesis import strategies as st
 
 from raftcron.core.backfill import MAX_BACKFILL_SPAN_MS
+from raftcron.core.model import JOB_ID_RE
 
 LONG_POLL_CAP_S = 0.2
 
@@ -79,15 +81,23 @@ def _keep_ranges_ordered(operation_path: str, body: dict[str, Any]) -> None:
         if isinstance(item, dict):
             _keep_bounds_ordered(item)
             _keep_schedule_names_distinct(item.get("schedules"))
-        schedule = item.get("schedule") if isinstance(item, dict) else None
-        if not isinstance(schedule, dict):
+        if not isinstance(item, dict):
             continue
-        start, end = _instant_ms(schedule.get("start_at")), _instant_ms(schedule.get("end_at"))
-        if start is not None and end is not None and end <= start:
-            if end < start:
-                schedule["start_at"], schedule["end_at"] = schedule["end_at"], schedule["start_at"]
-            else:
-                schedule["end_at"] = None
+        listed = item.get("schedules")
+        for schedule in [item.get("schedule"), *(listed if isinstance(listed, list) else [])]:
+            if isinstance(schedule, dict):
+                _keep_schedule_bounds_ordered(schedule)
+
+
+def _keep_schedule_bounds_ordered(schedule: dict[str, Any]) -> None:
+    """Swap a schedule's `start_at` and `end_at` when the end comes first; drop an
+    `end_at` equal to `start_at`."""
+    start, end = _instant_ms(schedule.get("start_at")), _instant_ms(schedule.get("end_at"))
+    if start is not None and end is not None and end <= start:
+        if end < start:
+            schedule["start_at"], schedule["end_at"] = schedule["end_at"], schedule["start_at"]
+        else:
+            schedule["end_at"] = None
 
 
 def _keep_windows_ordered(exclude: list[Any]) -> None:
@@ -141,6 +151,16 @@ def _keep_bounds_ordered(job: dict[str, Any]) -> None:
                 job[key] = None
 
 
+def _keep_the_urls_job_id(case: Any, body: dict[str, Any]) -> None:
+    """A job PUT may repeat its URL's id in the body, and only that one: a generated id
+    the schema allows becomes the URL's (one it refuses is sent as generated)."""
+    job_id = (case.path_parameters or {}).get("job_id")
+    if case.method.upper() == "PUT" and case.operation.path == "/v1/jobs/{job_id}" \
+            and isinstance(body.get("id"), str) and JOB_ID_RE.fullmatch(body["id"]) \
+            and isinstance(job_id, str):
+        body["id"] = job_id
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: Any) -> None:
     """Every phase sends through here (filters and maps apply to some phases only)."""
@@ -150,6 +170,7 @@ def before_call(context: Any, case: Any, kwargs: Any) -> None:
     if not isinstance(body, dict):
         return
     _keep_ranges_ordered(case.operation.path, body)
+    _keep_the_urls_job_id(case, body)
     long_poll = case.operation.definition.raw.get("x-long-poll") or {}
     field = long_poll.get("parameter")
     wait = body.get(field) if field else None

@@ -325,6 +325,8 @@ def _fields(spec: dict[str, Any], method: str, path: str, schema: dict[str, Any]
 
 # Where one name means another field: (path, name) -> (valid, invalid).
 EXAMPLES_BY_PATH: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {
+    # A PUT body may repeat its URL's job id (the description says so), and only that id.
+    ("/v1/jobs/{job_id}", "id"): (["agree"], ["", "x" * 129, "a b", 7, None]),
     ("/v1/concurrency-groups/{name}", "tenant"): (["acme", "t" * 64], ["a b", "t" * 65]),
     ("/v1/tenants/{name}", "queues"): ([[], ["q1", "q1"]],
                                        [["a b"], [f"q{i}" for i in range(101)], "q"]),

@@ -73,7 +73,10 @@ CONFORMANCE_SEED = os.environ.get("RAFTCRON_CONFORMANCE_SEED", "2")
 # (phases, seconds, fewest cases that make the part count): the coverage phase alone sends
 # about a thousand; the stateful one, run after it, builds sequences of calls (fewer on a
 # loaded machine) reaching the jobs and tenants that fuzzing created.
-CONFORMANCE_PARTS = [("coverage,fuzzing", 50, 500), ("stateful", 20, 20)]
+# RAFTCRON_CONFORMANCE_SECONDS lengthens the first part (e.g. 120 for a long run).
+CONFORMANCE_PARTS = [
+    ("coverage,fuzzing", int(os.environ.get("RAFTCRON_CONFORMANCE_SECONDS", "50")), 500),
+    ("stateful", 20, 20)]
 CLIENT_TIMEOUT_S = 10  # as a generated client would wait; the long poll is shortened
 
 

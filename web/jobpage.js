@@ -4,7 +4,7 @@
 // its attempts (worker, fencing token, times, exit code, output, error).
 
 import {
-  $, el, td, statusBadge, sinceIso, shortTime, causeText, between, render, forget, fillRows, api, say,
+  $, el, td, statusBadge, sinceIso, shortTime, causeText, between, duration, render, forget, fillRows, api, say,
   actionButton, idempotencyKey,
 } from "./lib.js";
 import { CHANGES_PAGE, renderChanges } from "./jobchanges.js";
@@ -138,17 +138,19 @@ function attemptsTable(detail) {
   const attempts = detail.attempt_list;
   if (!attempts.length) return el("p", { class: "muted" }, "no attempt (nothing ran)");
   return el("div", { class: "attempts" }, ...attempts.map((a) => {
-    const started = a.acknowledged_at || a.leased_at;
     return el("section", { class: "attempt", "data-attempt": a.id },
       el("h4", {}, `Attempt ${a.number} `, statusBadge(a.status)),
       el("dl", { class: "definition" },
         el("dt", {}, "Worker"), el("dd", {}, a.worker_id ?? "–"),
         el("dt", {}, "Fencing token"), el("dd", {}, a.fencing_token ?? "–"),
         el("dt", {}, "Leased"), el("dd", {}, shortTime(a.leased_at)),
-        el("dt", {}, "Started"), el("dd", {}, a.acknowledged_at ? shortTime(a.acknowledged_at)
-          : a.leased_at ? `${shortTime(a.leased_at)} (lease; no start acknowledged)` : "–"),
+        // The start its worker reported (the run's time); an attempt without one (an
+        // older worker, a run lost before it ended) shows no start and no duration.
+        el("dt", {}, "Started"), el("dd", {}, a.started_at ? shortTime(a.started_at)
+          : a.status === "running" ? "running (reported when it ends)" : "– (not reported)"),
         el("dt", {}, "Finished"), el("dd", {}, shortTime(a.finished_at)),
-        el("dt", {}, "Duration"), el("dd", {}, between(started, a.finished_at)),
+        el("dt", {}, "Duration"), el("dd", {}, a.duration_s == null ? "–"
+          : duration(a.duration_s * 1000)),
         el("dt", {}, "Exit code"), el("dd", {}, a.exit_code ?? "–"),
         a.error ? el("dt", {}, "Error") : null,
         a.error ? el("dd", { class: "error-text" }, a.error) : null,

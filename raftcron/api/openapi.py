@@ -329,13 +329,25 @@ OUTCOME_FIELDS = {
     "exit_code": {"type": ["integer", "null"], "minimum": -(2**31), "maximum": 2**31 - 1},
     "output": {"type": ["string", "null"],
                "description": f"the last {workers.MAX_OUTPUT} characters are kept"},
+    "started_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_STARTED_MS,
+                   "description": "when the job's process started, in ms since the epoch on "
+                                  "the cluster's clock (the worker's own, corrected by the "
+                                  "offset it measured); recorded as the attempt's "
+                                  "started_at, never before its instant"},
+    "duration_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_DURATION_MS,
+                    "description": "how long the process ran, by the worker's monotonic "
+                                   "clock: the attempt finishes at started_at + duration"},
 }
+# A reported start comes with its duration, and a duration with its start.
+OUTCOME_TIMES = {"dependentRequired": {"started_ms": ["duration_ms"],
+                                       "duration_ms": ["started_ms"]}}
 COMPLETIONS = {"type": "object", "required": ["worker_id", "completions"], "properties": {
     "worker_id": WORKER_ID,
     "completions": {"type": "array", "minItems": 1, "maxItems": workers.MAX_BATCH,
                     "items": {"type": "object",
                               "required": ["attempt_id", "fencing_token", "outcome"],
-                              "properties": {"attempt_id": ATTEMPT_ID, **OUTCOME_FIELDS}}}}}
+                              "properties": {"attempt_id": ATTEMPT_ID, **OUTCOME_FIELDS},
+                              **OUTCOME_TIMES}}}}
 LEASES = {"type": "object", "required": ["worker_id"], "properties": {
     "worker_id": WORKER_ID,
     "queues": {"type": "array", "minItems": 1, "maxItems": 50, "items": NAME},
@@ -747,7 +759,8 @@ def _spec() -> dict[str, Any]:
             "/v1/attempts/{attempt_id}/complete": {"post": _op(
                 "Report one outcome", params=[_path("attempt_id", ATTEMPT_ID)],
                 body={"type": "object", "required": ["worker_id", "fencing_token", "outcome"],
-                      "properties": {"worker_id": WORKER_ID, **OUTCOME_FIELDS}},
+                      "properties": {"worker_id": WORKER_ID, **OUTCOME_FIELDS},
+                      **OUTCOME_TIMES},
                 errors=(404, 409, 503))},
         },
     }

@@ -21,6 +21,8 @@ from raftcron.core import commands as c
 from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import NAME_RE, json_int
+from raftcron.core.protocol import COMPLETION_TIMES
+from raftcron.core.timefmt import ACCEPTED_MAX_MS
 from raftcron.leader.ticker import LostEpoch
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,9 @@ MAX_WAIT_S = 30.0
 WORKER_ID_RE = re.compile(r"^[ -~]{1,128}$")
 MAX_ATTEMPT_ID_LEN = 512
 MAX_TOKEN = 2**63 - 1  # SQLite's INTEGER
+# A reported run: its start on the cluster's clock, and how long it ran (at most a year).
+MAX_STARTED_MS = ACCEPTED_MAX_MS
+MAX_DURATION_MS = 366 * 86_400_000
 
 
 def _worker_id(body: dict[str, Any]) -> str:
@@ -216,9 +221,23 @@ def _completion(item: Any, field: str) -> list[Any]:
     if not isinstance(output, str):
         raise ValidationError(f"{field}.output", "must be a string")
     output = output[-MAX_OUTPUT:]
-    return [_attempt_id(item.get("attempt_id"), f"{field}.attempt_id"),
-            _token(item.get("fencing_token"), f"{field}.fencing_token"),
-            outcome, exit_code, output]
+    parsed = [_attempt_id(item.get("attempt_id"), f"{field}.attempt_id"),
+              _token(item.get("fencing_token"), f"{field}.fencing_token"),
+              outcome, exit_code, output]
+    # The run's start and duration (the schema holds their ranges and requires both).
+    started, duration = json_int(item.get("started_ms")), json_int(item.get("duration_ms"))
+    if started is not None and duration is not None:
+        parsed += [started, duration]
+    return parsed
+
+
+def _writable(completions: list[list[Any]], ctx: ApiContext) -> list[list[Any]]:
+    """The items as this cluster can commit them: a cluster below protocol level 2 (a
+    rolling upgrade) records the outcome without the reported start, rather than refuse
+    the outcome."""
+    if ctx.writable_level() >= COMPLETION_TIMES.level:
+        return completions
+    return [item[:5] for item in completions]
 
 
 def _token_queues(request: Request) -> list[str] | None:
@@ -292,7 +311,8 @@ async def completions(request: Request) -> JSONResponse:
     parsed = [_completion(it, f"completions.{i}") for i, it in enumerate(items)]
     queues = await _guard_attempts(request, ctx, [p[0] for p in parsed],
                                    [f"completions.{i}.attempt_id" for i in range(len(parsed))])
-    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id, parsed, queues))
+    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id,
+                                              _writable(parsed, ctx), queues))
     return JSONResponse({"results": result["results"]})
 
 
@@ -332,6 +352,7 @@ async def complete_one(request: Request) -> JSONResponse:
     worker_id = _worker_id(body)
     completion = _completion(body, "body")
     queues = await _guard_attempts(request, ctx, [completion[0]], ["attempt_id"])
-    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id, [completion], queues))
+    result = await ctx.propose_raw(c.Complete(ctx.stamp_ms(), worker_id,
+                                              _writable([completion], ctx), queues))
     item = _single(result)
     return JSONResponse({"status": item["status"], "duplicate": item["duplicate"]})

@@ -113,12 +113,16 @@ def _ms(iso: str | None) -> int | None:
     return None if iso is None else parse_iso_ms(iso, "instant")
 
 
-def duration(start_iso: str | None, end_iso: str | None) -> str:
-    """`1.2s`, `3m04s`, `2h05m` between two API instants ("" when one is missing)."""
-    start, end = _ms(start_iso), _ms(end_iso)
-    if start is None or end is None:
-        return ""
-    seconds = max(0, end - start) / 1000
+def run_duration(att: dict[str, Any]) -> str:
+    """An attempt's duration: finish - start as its worker reported them ("" for an
+    attempt with no reported start: its lease time is not when it ran)."""
+    took = att.get("duration_s")
+    return "" if took is None else seconds_text(took)
+
+
+def seconds_text(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.3f}s"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, sec = divmod(int(seconds), 60)
@@ -155,20 +159,21 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
         print(json.dumps({"job_id": args.job_id, "timezone": zone,
                           "occurrences": occurrences}, indent=2))
         return 0
-    tz = zone
+    # The instant in UTC, and in the job's own zone when that is another one.
+    local = zone not in ("UTC", "Etc/UTC")
     rows = []
     for occ in occurrences:
         last = occ["attempt_list"][-1] if occ["attempt_list"] else {}
+        instant_ms = _ms(occ["scheduled_for"]) or 0
         rows.append((
-            occ["scheduled_for"], ms_to_local_iso(_ms(occ["scheduled_for"]) or 0, tz),
-            occ["kind"], outcome(occ), str(occ["attempts"]),
-            duration(last.get("leased_at"), last.get("finished_at")),
-            last.get("worker_id") or "", occ["id"]))
+            occ["scheduled_for"], *([ms_to_local_iso(instant_ms, zone)] if local else []),
+            occ["kind"], outcome(occ), str(occ["attempts"]), last.get("started_at") or "",
+            run_duration(last), last.get("worker_id") or "", occ["id"]))
     if not rows:
         print(f"no occurrences of {args.job_id} match", file=sys.stderr)
         return 0
-    table(("instant (UTC)", f"instant ({tz})", "kind", "status", "attempts", "duration",
-            "worker", "occurrence"), rows)
+    table(("instant (UTC)", *([f"instant ({zone})"] if local else []), "kind", "status",
+           "attempts", "started (UTC)", "duration", "worker", "occurrence"), rows)
     return 0
 
 
@@ -192,8 +197,8 @@ def cmd_run_show(args: argparse.Namespace) -> int:
         print(f"\nattempt {att['number']}: {att['status']}"
               f"  worker {att['worker_id'] or '-'}  token {att['fencing_token'] or '-'}"
               f"  exit {'-' if att['exit_code'] is None else att['exit_code']}")
-        print(f"  leased {att['leased_at'] or '-'}  finished {att['finished_at'] or '-'}"
-              f"  duration {duration(att['leased_at'], att['finished_at']) or '-'}")
+        print(f"  leased {att['leased_at'] or '-'}  started {att.get('started_at') or '-'}"
+              f"  finished {att['finished_at'] or '-'}  duration {run_duration(att) or '-'}")
         if att.get("error"):
             print(f"  error: {att['error']}")
         if att.get("output"):

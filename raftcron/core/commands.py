@@ -573,7 +573,9 @@ class Complete(Command):
     TYPE: ClassVar[str] = "complete"
     now_ms: int
     worker_id: str
-    # [[attempt_id, token, outcome, exit_code, output], ...]
+    # [[attempt_id, token, outcome, exit_code, output(, started_ms, duration_ms)], ...]:
+    # the last two (protocol level 2) are when the job's process started, on the cluster's
+    # clock as the worker measured it, and how long it ran by the worker's monotonic clock.
     completions: list[list[Any]] = field(default_factory=list)
     # The queues the worker's token may lease (None: any, and entries written before
     # this field): apply refuses an attempt on any other queue.

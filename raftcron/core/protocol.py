@@ -23,7 +23,9 @@ The levels, read from `git log`:
   the `who` of the job commands, and the history of edits apply records from them;
   a run handed back before its instant stays due at its instant (apply); a sweep
   releases an unacknowledged lease of an earlier epoch at once (apply); `min_duration_s`
-  counts from the later of a run's lease and its instant (apply); the tenant quota
+  counts from the later of a run's lease and its instant (apply), or from the start a
+  worker reported: a completion item's sixth and seventh fields (the run's start and
+  duration, recorded as `started_ms` and `finished_ms`); the tenant quota
   fields `PutTenant.max_schedules` and `max_pending_runs`, the defaults of the
   state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
   nothing for an instant the job already has waiting, running or done (apply). Level 2 is
@@ -127,6 +129,8 @@ JOB_FIELD_LEVELS: dict[str, Requirement] = {
 
 # A claim item with the names of the schedules that matched (older builds take 5 fields).
 CLAIM_MATCHED = Requirement(2, "several schedules", "items")
+# A completion item with the run's reported start and duration (older builds take 5).
+COMPLETION_TIMES = Requirement(2, "recorded start times", "completions")
 
 
 def _newest(reqs: list[Requirement]) -> Requirement | None:
@@ -168,6 +172,10 @@ def entry_required(cls: type[c.Command], args: dict[str, Any]) -> Requirement | 
     elif cls is c.Claim:
         if any(isinstance(item, list) and len(item) > 5 for item in args.get("items") or ()):
             reqs.append(CLAIM_MATCHED)
+    elif cls is c.Complete:
+        if any(isinstance(item, list) and len(item) > 5
+               for item in args.get("completions") or ()):
+            reqs.append(COMPLETION_TIMES)
     return _newest(reqs)
 
 

@@ -372,7 +372,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     found = _load_many(conn, [item[0] for item in cmd.completions])
     done_attempts: list[tuple] = []
     done_occurrences: list[tuple] = []
-    for attempt_id, token, outcome, exit_code, output in cmd.completions:
+    for item in cmd.completions:
+        attempt_id, token, outcome, exit_code, output = item[:5]
         if outcome not in ("succeeded", "failed"):
             results.append({"attempt_id": attempt_id, **rejected(
                 errors.INVALID_STATE, "outcome must be succeeded or failed", "outcome")})
@@ -411,15 +412,16 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             final = "timed_out"
         # A repeat of this attempt later in the same command must see it as ended.
         found[attempt_id] = (*att[:A_STATUS], final, *att[A_STATUS + 1 : A_EXIT], exit_code)
+        started_ms, finished_ms = reported_times(item, att[A_NOT_BEFORE], cmd.now_ms)
         if final == "succeeded":
-            done_attempts.append((attempt_id, exit_code, output))
-            done_occurrences.append((att[A_OCC],))
+            done_attempts.append((attempt_id, finished_ms, started_ms, exit_code, output))
+            done_occurrences.append((att[A_OCC], finished_ms))
             results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
             continue
         conn.execute(
-            "UPDATE attempts SET status = ?, finished_ms = ?, exit_code = ?, output = ? "
-            "WHERE id = ?",
-            (final, cmd.now_ms, exit_code, output, attempt_id),
+            "UPDATE attempts SET status = ?, finished_ms = ?, started_ms = ?, exit_code = ?, "
+            "output = ? WHERE id = ?",
+            (final, finished_ms, started_ms, exit_code, output, attempt_id),
         )
         if by_hand is not None:
             end_cancelled(ctx, att[A_OCC], att[A_JOB], cmd.now_ms)
@@ -430,15 +432,32 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
             retry_or_fail(ctx, att, spec, cmd.now_ms, why)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
-    update_all(conn, "attempts", "status = 'succeeded', finished_ms = ?",
-               ("exit_code", "output"), done_attempts, leading=(cmd.now_ms,))
-    update_all(conn, "occurrences", "status = 'succeeded', finished_ms = ?", (),
-               done_occurrences, leading=(cmd.now_ms,))
+    update_all(conn, "attempts", "status = 'succeeded'",
+               ("finished_ms", "started_ms", "exit_code", "output"), done_attempts)
+    update_all(conn, "occurrences", "status = 'succeeded'", ("finished_ms",),
+               done_occurrences)
     _load_specs(conn, {found[a[0]][A_JOB] for a in done_attempts}, specs)
     run_alerts.after_successes(ctx, [(a[0], o[0], found[a[0]][A_JOB]) for a, o in
                                      zip(done_attempts, done_occurrences, strict=True)],
                                cmd.now_ms, lambda job_id: _job_spec(conn, job_id, specs))
     return ok(results=results)
+
+
+def reported_times(item: list[Any], not_before_ms: int, now_ms: int
+                   ) -> tuple[int | None, int]:
+    """(started_ms, finished_ms) of a completion item.
+
+    A worker that reports when it started the job's process and how long it ran (items
+    of seven fields, core.protocol level 2) gets exactly that on the record: the start,
+    on the cluster's clock as the worker measured it, raised to the attempt's not-before
+    instant (a start is never recorded before its instant: the worker waits for it, so a
+    report before it is the offset measurement's error), and the finish that start plus
+    the duration. Without a report the start is unknown (NULL) and the finish is the
+    command's stamp, as before."""
+    if len(item) < 7 or item[5] is None or item[6] is None:
+        return None, now_ms
+    started = max(int(item[5]), not_before_ms)
+    return started, started + max(0, int(item[6]))
 
 
 def _due_again(conn: sqlite3.Connection, att: tuple, now_ms: int) -> int:

@@ -40,6 +40,7 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("alerts", "cause", "TEXT"),
     ("tenants", "max_schedules", "INTEGER"),
     ("tenants", "max_pending_runs", "INTEGER"),
+    ("attempts", "started_ms", "INTEGER"),
 )
 
 

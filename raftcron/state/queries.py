@@ -83,7 +83,8 @@ def recent_occurrences(job_id: str, limit: int) -> tuple[str, tuple[Any, ...]]:
 ATT_SELECT = (
     "SELECT id, occurrence_id, number, status, not_before_ms, worker_id, fencing_token, "
     "leased_ms, heartbeat_ms, lease_expires_ms, cancel_requested, finished_ms, exit_code, "
-    "output, error, ack_deadline_ms, acked_ms, unacked_releases, release_reason FROM attempts"
+    "output, error, ack_deadline_ms, acked_ms, unacked_releases, release_reason, started_ms "
+    "FROM attempts"
 )
 
 
@@ -127,4 +128,16 @@ def attempt_to_api(row: tuple) -> dict[str, Any]:
         "error": row[14], "ack_deadline": ms_to_iso(row[15]), "acknowledged_at": ms_to_iso(row[16]),
         # leases of this attempt released unacknowledged (not counted as attempts), and why
         "unacknowledged_releases": row[17], "release_reason": row[18],
+        **run_times(row[19] if len(row) > 19 else None, row[11]),
     }
+
+
+def run_times(started_ms: int | None, finished_ms: int | None) -> dict[str, Any]:
+    """`started_at` (when the job's process started, as its worker reported it: the run's
+    time) and `duration_s` (finish - start). An attempt whose worker reported no start (a
+    worker of an older build, a run lost or cancelled before it ended) shows neither: its
+    lease time is not its start (a run leased ahead waits for its instant)."""
+    duration = None
+    if started_ms is not None and finished_ms is not None:
+        duration = round((finished_ms - started_ms) / 1000, 3)
+    return {"started_at": ms_to_iso(started_ms), "duration_s": duration}

@@ -59,15 +59,19 @@ def _end_streak(ctx: ApplyContext, job_id: str, now_ms: int) -> None:
 def _check_too_fast(ctx: ApplyContext, attempt_id: str, occ_id: str, job_id: str,
                     min_s: int, now_ms: int) -> None:
     row = ctx.conn.execute(
-        "SELECT a.leased_ms, o.scheduled_for_ms, a.not_before_ms FROM attempts a "
+        "SELECT a.leased_ms, o.scheduled_for_ms, a.not_before_ms, a.started_ms, "
+        "a.finished_ms FROM attempts a "
         "JOIN occurrences o ON o.id = a.occurrence_id WHERE a.id = ?", (attempt_id,)
     ).fetchone()
     if row is None or row[0] is None:
         return
-    # From its start: the later of its lease and its instant (a run leased ahead waits for
-    # its instant). Run bounds need protocol level 2, as leases ahead do, so no state of a
-    # level-1 build has a bound to count by another rule (core.protocol: level 2).
-    took_ms = max(0, now_ms - max(row[0], row[2]))
+    if row[3] is not None:  # the worker reported its start: finish - start, as shown
+        took_ms = row[4] - row[3]
+    else:
+        # From its start: the later of its lease and its instant (a run leased ahead waits
+        # for its instant). Run bounds need protocol level 2, as leases ahead do, so no
+        # state of a level-1 build has a bound to count by another rule.
+        took_ms = max(0, now_ms - max(row[0], row[2]))
     if took_ms < min_s * 1000:
         open_alert(ctx, too_fast_alert_id(occ_id), TOO_FAST, TOO_FAST, now_ms,
                    job_id=job_id, occurrence_id=occ_id, scheduled_for_ms=row[1],

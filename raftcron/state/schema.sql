@@ -106,7 +106,11 @@ CREATE TABLE IF NOT EXISTS attempts (
     -- leases of this attempt released because no acknowledgement came (not counted as
     -- attempts), and why the last release happened
     unacked_releases    INTEGER NOT NULL DEFAULT 0,
-    release_reason      TEXT
+    release_reason      TEXT,
+    -- when the job's process started, as its worker reported it on the cluster's clock
+    -- (never before not_before_ms); NULL for attempts whose worker reported no start.
+    -- finished_ms is then that start plus the duration the worker measured.
+    started_ms          INTEGER
 );
 -- Invariant 3: a fencing token is handed out once, ever.
 CREATE UNIQUE INDEX IF NOT EXISTS att_token ON attempts (fencing_token)

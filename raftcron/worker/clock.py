@@ -57,6 +57,14 @@ class WorkerClock:
             best = None
         self.sample = best
 
+    def cluster_now_ms(self) -> int:
+        """Now on the cluster's clock as this worker knows it: its own wall clock
+        corrected by the measured offset (uncorrected while it has no sample). What the
+        worker reports as a run's start; the cluster raises a start reported before the
+        run's instant to the instant."""
+        offset = self.sample.offset_ms if self.sample is not None else 0.0
+        return round(self._wall_ms() + offset)
+
     def check_lease_time(self, server_now_ms: float) -> None:
         """A lease answer's server time, compared with this worker's clock at receipt: one
         ahead of it by more than the tolerance (plus the sample's own error) drops the

@@ -653,6 +653,7 @@ class Worker:
     async def _run(self, run: _Run) -> None:
         lease = run.lease
         began = asyncio.get_running_loop().time()
+        started_ms = self.clock.cluster_now_ms()
         try:
             try:
                 account = {"run_as": self._run_as} if self._run_as is not None else {}
@@ -665,7 +666,8 @@ class Worker:
             except Exception as e:
                 log.exception("running %s raised", lease.ids())
                 result = RunResult("failed", None, f"[raftcron] worker error: {e!r}\n")
-            self._observe("_run_s", asyncio.get_running_loop().time() - began)
+            took_s = asyncio.get_running_loop().time() - began
+            self._observe("_run_s", took_s)
             if run.lost:
                 log.warning("not reporting %s: the lease is gone (%s); run ended %s",
                             lease.ids(), run.lost, result.outcome)
@@ -678,6 +680,9 @@ class Worker:
                 "outcome": result.outcome,
                 "exit_code": result.exit_code,
                 "output": result.output,
+                # The run's own times: what the cluster records as its start and finish.
+                "started_ms": started_ms,
+                "duration_ms": round(took_s * 1000),
             })
         finally:
             self._runs.pop(lease.attempt_id, None)

@@ -6,18 +6,16 @@ from typing import Any
 
 import pytest
 
-from raftcron.cli.runs import OutputFollower, alert_state, duration, outcome
+from raftcron.cli.runs import OutputFollower, alert_state, outcome, run_duration
 
 
-@pytest.mark.parametrize(("start", "end", "shown"), [
-    ("2026-01-01T00:00:00Z", "2026-01-01T00:00:01.250Z", "1.2s"),
-    ("2026-01-01T00:00:00Z", "2026-01-01T00:03:04Z", "3m04s"),
-    ("2026-01-01T00:00:00Z", "2026-01-01T02:05:00Z", "2h05m"),
-    ("2026-01-01T00:00:00Z", None, ""),
-    (None, "2026-01-01T00:00:00Z", ""),
+@pytest.mark.parametrize(("took_s", "shown"), [
+    (0.203, "0.203s"), (1.25, "1.250s"), (12.34, "12.3s"), (184, "3m04s"), (7500, "2h05m"),
+    (None, ""),  # no reported start: no duration, rather than a lease-to-finish guess
 ])
-def test_duration(start: str | None, end: str | None, shown: str) -> None:
-    assert duration(start, end) == shown
+def test_a_runs_duration_is_what_its_worker_reported(took_s: float | None, shown: str
+                                                     ) -> None:
+    assert run_duration({"duration_s": took_s, "leased_at": "2026-01-01T00:00:00Z"}) == shown
 
 
 def test_outcome_names_the_reason() -> None:

@@ -1,0 +1,126 @@
+"""A run's recorded times: the start its worker reported (never before its instant), a
+finish that is that start plus the measured duration, the duration bound counted from
+them; old completions without a report keep their stamp and show no start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raftcron.core import commands as c
+from raftcron.core import identity, protocol
+from raftcron.state.queries import ATT_SELECT, attempt_to_api
+from tests.integration.test_machine import MIN, T0, Node
+
+SEC = 1000
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    n = Node(tmp_path / "state.db")
+    n.begin(1)
+    return n
+
+
+def leased(node: Node, job_id: str, at: int, lease_at: int) -> dict:
+    node.fire(job_id, at)
+    attempt = identity.attempt_id(identity.scheduled_occurrence_id(job_id, at), 1)
+    result = node.apply(c.Lease(epoch=node.epoch, now_ms=lease_at, worker_id="w1",
+                                attempt_ids=[attempt], ahead_ms=max(0, at - lease_at)))
+    return result["leases"][0]
+
+
+def complete(node: Node, lease: dict, stamp: int, *times: int | None,
+             outcome: str = "succeeded") -> dict:
+    item = [lease["attempt_id"], lease["fencing_token"], outcome,
+            0 if outcome == "succeeded" else 1, "", *times]
+    result = node.apply(c.Complete(stamp, "w1", [item]))
+    assert result["ok"] and result["results"][0]["ok"], result
+    return result
+
+
+def shown(node: Node, attempt_id: str) -> dict:
+    return attempt_to_api(node.one(f"{ATT_SELECT} WHERE id = ?", attempt_id))
+
+
+def test_the_reported_start_and_duration_are_the_record(node: Node) -> None:
+    """The stamp lags (it is before the instant here): the record is the report."""
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at - 900)  # leased ahead
+    complete(node, lease, at - 4, at + 5, 203)
+    row = node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                   lease["attempt_id"])
+    assert row == (at + 5, at + 208)
+    assert node.one("SELECT finished_ms FROM occurrences WHERE id = ?",
+                    lease["occurrence_id"]) == (at + 208,)
+    api = shown(node, lease["attempt_id"])
+    assert api["duration_s"] == 0.203
+    assert api["started_at"].endswith(".005Z")
+
+
+def test_a_start_reported_before_the_instant_is_recorded_at_the_instant(node: Node) -> None:
+    """A worker waits for the instant by its corrected clock; a report a few ms before it
+    is the offset's error, and no record shows a start before its instant."""
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at - 900)
+    complete(node, lease, at + 300, at - 7, 100)
+    started, finished = node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                                 lease["attempt_id"])
+    assert started == at and finished == at + 100 and finished >= started
+
+
+def test_a_failed_run_records_its_times_too(node: Node) -> None:
+    node.create("j", now=T0, max_attempts=1)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    complete(node, lease, at + 900, at + 10, 500, outcome="failed")
+    assert node.one("SELECT status, started_ms, finished_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == ("failed", at + 10, at + 510)
+
+
+def test_without_a_report_the_stamp_stays_and_no_start_or_duration_is_shown(
+        node: Node) -> None:
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    complete(node, lease, at + 1234)
+    assert node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (None, at + 1234)
+    api = shown(node, lease["attempt_id"])
+    assert api["started_at"] is None and api["duration_s"] is None
+
+
+def test_min_duration_counts_the_reported_duration_not_the_lease(node: Node) -> None:
+    """Leased 0.9 s ahead and reported 2 s after the instant: it ran 0.2 s, too fast for
+    a bound of 1 s, although lease to stamp is 2.9 s."""
+    node.create("j", now=T0, min_duration_s=1)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at - 900)
+    complete(node, lease, at + 2000, at + 1800, 200)
+    rows = node.q("SELECT kind, status FROM alerts")
+    assert rows == [("too_fast", "open")]
+    second = leased(node, "j", at + MIN, at + MIN)
+    complete(node, second, at + MIN + 300, at + MIN + 5, 1500)
+    assert node.q("SELECT status FROM alerts") == [("resolved",)]
+
+
+def test_a_resent_completion_with_its_times_is_a_duplicate(node: Node) -> None:
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    complete(node, lease, at + 300, at + 5, 200)
+    again = complete(node, lease, at + 900, at + 5, 200)
+    assert again["results"][0]["duplicate"] is True
+    assert node.one("SELECT finished_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (at + 205,)
+
+
+def test_the_reported_times_need_level_2_and_old_items_need_nothing() -> None:
+    with_times = c.Complete(1, "w", [["a", 1, "succeeded", 0, "", 5, 7]])
+    without = c.Complete(1, "w", [["a", 1, "succeeded", 0, ""]])
+    assert protocol.unmet(with_times, 1) == protocol.COMPLETION_TIMES
+    assert protocol.unmet(with_times, 2) is None
+    assert protocol.unmet(without, 1) is None

@@ -179,7 +179,9 @@ def check_run(run: dict[str, Any],
     checks_calendar.check_calendars(rep, nodes, ops, window_end)
     checks_outcomes.check_outcomes(rep, nodes, ops)
     dst = _check_dst(rep, nodes, ops, window_end)
-    sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops)
+    starts = [s for s in records if s.get("event") == "start"
+              or (s.get("event") == "hold" and s.get("phase") == "start")]
+    sink_stats = checks_effects.check_effects(rep, sink, nodes, attempts, ops, starts)
     _check_acks(rep, nodes, ops)
     quotas = checks_tenants.tenant_quotas(ops, nodes)
     quota_skips = checks_tenants.check_fire_quotas(rep, nodes, quotas)

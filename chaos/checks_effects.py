@@ -19,8 +19,11 @@ when its token is at least the highest accepted so far for its key, and *stale* 
   starts an attempt only once its lease is acknowledged, so two offers of one attempt mean
   its job ran twice, whatever the tokens (the fence calls a second offer at the same token
   a replay, which a guarded resource would let through);
-- early_fire: a scheduled effect that reached the sink more than the clock guard's bound
-  plus the sink's clock error before its instant;
+- early_fire: a scheduled run whose start record (posted by the job process before its
+  own sleep; a group job's hold) or effect reached the sink more than the clock guard's
+  bound plus the sink's clock error before its instant. The bound is the guard's: a
+  leader whose clock is off by less than it (the clock nemesis bumps from 4 ms) may
+  still lease, and a worker following it starts that much early by the real clock;
 - success_without_effect: a `succeeded` occurrence of a sink-writing job whose succeeded
   attempt never offered its effect.
 """
@@ -123,7 +126,11 @@ def resolve_offers(sink: list[dict[str, Any]], nodes: dict[str, Any],
 
 
 def check_effects(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any],
-                  attempts: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+                  attempts: dict[str, Any], ops: list[dict[str, Any]],
+                  starts: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """`sink`: the offers; `starts`: the records a job process posts as it starts, before
+    its own sleep (`start`, and a group job's `hold` of phase start), which the
+    early-start check judges as well as the effects."""
     merged = merged_attempts(attempts)
     sink = resolve_offers(sink, nodes, merged)
     offers = replay_fence(sink)
@@ -132,7 +139,7 @@ def check_effects(rep: Report, sink: list[dict[str, Any]], nodes: dict[str, Any]
     _check_tokens(rep, offers, merged, status_of)
     reexec = _check_double_effect(rep, offers, status_of)
     _check_double_execution(rep, offers)
-    early = _check_early(rep, offers, kinds)
+    early = _check_early(rep, [*offers, *starts], kinds)
     _check_success_has_effect(rep, offers, nodes, merged, sink_writing_jobs(ops))
     stale = [o for o in offers if o["fence"] == "stale"]
     return {"offers": len(offers),
@@ -229,6 +236,7 @@ def _check_early(rep: Report, offers: list[dict[str, Any]],
         earliest = early if earliest is None else max(earliest, early)
         if early > EARLY_BOUND_S:
             rep.add("early_fire", occurrence=occ, attempt=s.get("attempt"),
+                    measured_at=s.get("event", "offer"),
                     token=s.get("token"), effect_at=iso(s["cluster_wall"]),
                     scheduled_for=s.get("scheduled_for"), early_s=round(early, 3),
                     bound_s=EARLY_BOUND_S)

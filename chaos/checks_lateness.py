@@ -44,7 +44,9 @@ EDGE_S = 5.0
 END_MARGIN_S = 3.0
 WORKER_SLOTS = 6  # chaos/procs.py starts every worker with --concurrency 6
 PROXIED_SUFFIX = "-proxied"
-_SLEEP = re.compile(r"^\s*sleep ([0-9.]+)\s*;")
+# The command's own sleep before its effect: its first command, or its second after the
+# start record (chaos/workload.py).
+_SLEEP = re.compile(r"^(?:[^;]*/start\b[^;]*;)?\s*sleep ([0-9.]+)\s*;")
 
 
 def _sleep_s(target: dict[str, Any] | None) -> float:

@@ -53,13 +53,30 @@ class Sink:
             self.log.write(json.dumps(rec, sort_keys=True) + "\n")
         return rec
 
+    def start(self, h: dict[str, str]) -> dict[str, Any]:
+        """A job process starting, posted before anything else it does (a slow job's
+        sleep comes after it): the early-start check judges this arrival, not the effect
+        at the end. No token fence: a start is not an effect."""
+        wall = time.time()
+        with self.lock:
+            self.seq += 1
+            rec = {"event": "start", "seq": self.seq, "wall": round(wall, 6),
+                   "cluster_wall": round(wall + self.base_offset_s, 6),
+                   "job": h.get("x-job"), "occurrence": h.get("x-occ"),
+                   "attempt": h.get("x-attempt"), "scheduled_for": h.get("x-sched"),
+                   "worker": h.get("x-worker"), "token": int(h.get("x-token") or -1)}
+            self.log.write(json.dumps(rec, sort_keys=True) + "\n")
+        return rec
+
     def hold(self, h: dict[str, str], phase: str) -> dict[str, Any]:
         """A concurrency-group job's process starting or ending (chaos/checks_groups.py):
         numbered in the same arrival order as the offers."""
         with self.lock:
             self.seq += 1
+            wall = time.time()
             rec = {"event": "hold", "seq": self.seq, "phase": phase, "group": h.get("x-group"),
-                   "wall": round(time.time(), 6), "job": h.get("x-job"),
+                   "wall": round(wall, 6), "cluster_wall": round(wall + self.base_offset_s, 6),
+                   "scheduled_for": h.get("x-sched"), "job": h.get("x-job"),
                    "occurrence": h.get("x-occ"), "attempt": h.get("x-attempt"),
                    "token": int(h.get("x-token") or -1), "worker": h.get("x-worker")}
             self.log.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -76,6 +93,10 @@ def make_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
                 self.rfile.read(length)
             if self.path.startswith("/effect"):
                 rec = sink.record({k.lower(): v for k, v in self.headers.items()})
+                body = json.dumps(rec).encode()
+                self.send_response(200)
+            elif self.path.startswith("/start"):
+                rec = sink.start({k.lower(): v for k, v in self.headers.items()})
                 body = json.dumps(rec).encode()
                 self.send_response(200)
             elif self.path.startswith("/hold?phase="):

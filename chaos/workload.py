@@ -29,17 +29,22 @@ CREATE_CONCURRENCY = 8  # job creations in flight at once at the start of a run
 REFUSED_BEFORE_PROPOSING = ("no_leader", "clock_unconfirmed")
 
 
+# The headers that name a run at the sink.
+RUN_HEADERS = (
+    ' -H "X-Job: $RAFTCRON_JOB_ID" -H "X-Occ: $RAFTCRON_OCCURRENCE_ID"'
+    ' -H "X-Key: $RAFTCRON_IDEMPOTENCY_KEY" -H "X-Attempt: $RAFTCRON_ATTEMPT_ID"'
+    ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Sched: $RAFTCRON_SCHEDULED_FOR"'
+    ' -H "X-Worker: $CHAOS_WORKER"')
+# Posted first by a job that sleeps before its effect: the early-start check judges the
+# process's start, not the effect seconds later. A failed post does not fail the job.
+START_RECORD = f'curl -sS -m 5 -o /dev/null -X POST "$CHAOS_SINK/start"{RUN_HEADERS} || true'
+
+
 def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
     parts = []
     if sleep_s:
-        parts.append(f"sleep {sleep_s}")
-    parts.append(
-        'curl -sS -f -m 5 -o /dev/null -X POST "$CHAOS_SINK/effect"'
-        ' -H "X-Job: $RAFTCRON_JOB_ID" -H "X-Occ: $RAFTCRON_OCCURRENCE_ID"'
-        ' -H "X-Key: $RAFTCRON_IDEMPOTENCY_KEY" -H "X-Attempt: $RAFTCRON_ATTEMPT_ID"'
-        ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Sched: $RAFTCRON_SCHEDULED_FOR"'
-        ' -H "X-Worker: $CHAOS_WORKER"'
-    )
+        parts += [START_RECORD, f"sleep {sleep_s}"]
+    parts.append(f'curl -sS -f -m 5 -o /dev/null -X POST "$CHAOS_SINK/effect"{RUN_HEADERS}')
     cmd = "; ".join(parts)
     if exit_code:
         cmd += f"; exit {exit_code}"
@@ -150,7 +155,8 @@ def group_cmd(hold_s: float) -> str:
     hold = ('curl -sS -m 5 -o /dev/null -X POST "$CHAOS_SINK/hold?phase={phase}"'
             f' -H "X-Group: {GROUP}" -H "X-Job: $RAFTCRON_JOB_ID"'
             ' -H "X-Occ: $RAFTCRON_OCCURRENCE_ID" -H "X-Attempt: $RAFTCRON_ATTEMPT_ID"'
-            ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Worker: $CHAOS_WORKER" || true')
+            ' -H "X-Token: $RAFTCRON_FENCING_TOKEN" -H "X-Worker: $CHAOS_WORKER"'
+            ' -H "X-Sched: $RAFTCRON_SCHEDULED_FOR" || true')
     return (f"{hold.format(phase='start')}; {effect_cmd(hold_s)}; rc=$?; "
             f"{hold.format(phase='end')}; exit $rc")
 

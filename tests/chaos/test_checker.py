@@ -925,3 +925,21 @@ def test_the_ci_plan_bumps_a_workers_clock_on_top_of_a_node_fault(seed: int) -> 
     assert 0 <= host.partner_after_s <= host.duration_s * 0.3
     assert host.partner_after_s + host.partner.duration_s == pytest.approx(host.duration_s)
     assert "clock-bump-worker" not in [p.kind for p in schedule]
+
+
+def test_an_early_start_before_a_slow_jobs_sleep_is_caught() -> None:
+    """A slow job posts a start record before its sleep (issue 37, item 5): a run started
+    2 s early whose effect, after a 3 s sleep, reached the sink after its instant is an
+    early start, as is a group job whose hold began early. Judged on the effect alone,
+    both were valid."""
+    for start in ({"event": "start"}, {"event": "hold", "phase": "start", "group": "g"}):
+        run = clean_run()
+        s = run["sink"][4]
+        instant = ts_of({"scheduled_for": s["scheduled_for"]})
+        s["cluster_wall"] = instant + 1.0
+        assert check(run)["violations"] == {}
+        run["sink"].append({**{k: s[k] for k in ("occurrence", "job", "attempt",
+                                                 "scheduled_for", "token")},
+                            **start, "seq": s["seq"] - 1, "cluster_wall": instant - 2.0})
+        [flagged] = check(run)["violations"]["early_fire"]
+        assert flagged["measured_at"] == start["event"] and flagged["early_s"] == 2.0

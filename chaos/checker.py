@@ -26,6 +26,7 @@ from chaos import (
     checks_groups,
     checks_inputs,
     checks_lateness,
+    checks_marks,
     checks_membership,
     checks_observed,
     checks_outcomes,
@@ -74,7 +75,9 @@ CHECKS = (
     # tenant quotas (checks_tenants)
     "quota_fires_exceeded", "quota_skip_unjustified", "quota_concurrency_exceeded",
     # retention (checks_retention)
-    "retention_early", "retention_unfinished", "retention_unobserved",
+    "retention_early", "retention_unfinished", "retention_unobserved", "observed_divergence",
+    # digests compared at marks during the run (checks_marks)
+    *checks_marks.CHECKS,
     # concurrency groups (checks_groups)
     "group_limit_exceeded", "group_unobserved",
     # backup -> restore (checks_backup)
@@ -171,6 +174,7 @@ def check_run(run: dict[str, Any],
     nodes, pruned = checks_retention.restore_pruned(rep, with_departed, _first_created(ops))
     checks_inputs.check_faults(rep, hist)
     checks_inputs.check_digests(rep, final, checks_inputs.expected_nodes(hist))
+    marks = checks_marks.check_marks(rep, hist)
     _check_duplicates(rep, nodes, sink, ops, attempts)
     windows = _nemesis_windows(hist)
     window_end = meta.get("final_reads_cluster_wall") or max(
@@ -217,6 +221,7 @@ def check_run(run: dict[str, Any],
         "retention": {"retention_s": meta.get("retention_s"), "restored_pruned": pruned,
                       "observations": len(run.get("observed") or [])},
         "backups_compared": backups,
+        "digest_marks": marks,
         "membership": [{k: h.get(k) for k in ("removed", "added", "members", "cutoff_index",
                                               "removed_s", "caught_up_s", "elapsed_s",
                                               "digest_mark")}

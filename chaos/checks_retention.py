@@ -6,6 +6,7 @@ Every node deletes finished occurrences a retention after they finished (meta.js
 this module puts each occurrence the final read of a node lacks back into that node's list,
 with its last observed state, when (and only when) retention may have removed it:
 
+- observed_divergence: two members observed one finished occurrence in different states;
 - retention_early: absent although it finished less than a retention before the final
   read (plus the leader clock bound): retention cannot have removed it, so it was lost;
 - retention_unfinished: absent although it was last seen unfinished less than a
@@ -91,9 +92,12 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
     nodes: dict[str, Any] = final.get("nodes") or {}
     retention = meta.get("retention_s")
     end = meta.get("final_reads_cluster_wall")
+    observed = run.get("observed") or []
+    members = {o["node"] for o in observed if o.get("node")} | set(nodes)
+    own = {nid: last_seen([o for o in observed if o.get("node") == nid]) for nid in members}
+    _check_observed_agree(rep, own)
     if not retention or not end:
         return nodes, 0
-    observed = run.get("observed") or []
     # Nodes are read one after another while the leader keeps pruning: each node's horizon
     # is a retention before the end of its own read (its `final-read` note).
     read_at = {h["node"]: h["cluster_wall"] for h in run.get("history") or []
@@ -103,6 +107,8 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
         last_read = max([end, *read_at.values()])
         _check_observed(rep, observed, first_instant, last_read - retention + CLOCK_SLACK_S)
     seen = last_seen(observed)
+    # Each member is judged on its own observations: another's are put back only for an
+    # occurrence it was never seen holding (it was down through the whole band).
     out: dict[str, Any] = {}
     most = 0
     for nid, node in nodes.items():
@@ -113,9 +119,14 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
         horizon = read_at.get(nid, end) - retention + CLOCK_SLACK_S
         back: list[dict[str, Any]] = []
         until = node.get("checked_until")  # a node removed mid-run: read up to its cut-off
+        borrowed = 0
         for occ_id, (at, o) in sorted(seen.items()):
             if occ_id in have:
                 continue
+            if occ_id in own[nid]:
+                at, o = own[nid][occ_id]
+            else:
+                borrowed += 1
             if until and (ts(o.get("created_at")) or 0) > until - CUTOFF_MARGIN_S:
                 continue  # claimed after the removed node's cut-off: never owed to it
             finished = ts(o.get("finished_at"))
@@ -133,5 +144,24 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
             else:
                 back.append({**o, "status": "pruned", "pruned": True})
         most = max(most, len(back))
+        if borrowed:
+            rep.notes.append(f"{nid}: {borrowed} pruned occurrence(s) judged on another "
+                             "member's observation (none of its own saw them)")
         out[nid] = {**node, "occurrences": list(node.get("occurrences", [])) + back}
     return out, most
+
+
+def _check_observed_agree(rep: Report, own: dict[str, dict[str, tuple[float, dict]]]
+                          ) -> None:
+    """observed_divergence: two members observed one occurrence finished in different
+    states (a finished state never changes, so their logs disagree), which no final
+    digest can show once retention pruned it."""
+    finished: dict[str, dict[str, str]] = {}
+    for nid, seen in own.items():
+        for occ_id, (_, o) in seen.items():
+            if o["status"] in FINISHED:
+                finished.setdefault(occ_id, {})[nid] = o["status"]
+    for occ_id, states in sorted(finished.items()):
+        if len(set(states.values())) > 1:
+            rep.add("observed_divergence", occurrence=occ_id, states=states,
+                    problem="members observed this finished occurrence in different states")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from chaos.backup_check import backup_restore_check
+from chaos.digest_mark import Marker
 from chaos.history import History
 from chaos.membership_step import replace_follower
 from chaos.nemesis import Nemesis, plan
@@ -103,6 +104,7 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
     signal.signal(signal.SIGTERM, on_signal)
     driver: Driver | None = None
     observer: Observer | None = None
+    marker: Marker | None = None
     t0 = time.monotonic()
     try:
         history.write("harness", "note", "setup", base_offset_s=base, profile=profile)
@@ -128,6 +130,8 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         driver.start()
         observer = Observer(procs, out, base)
         observer.start()
+        marker = Marker(procs, history)
+        marker.start()
         schedule = plan(seed, profile, budget)
         history.write("harness", "note", "plan", kinds=[k for p in schedule for k in p.kinds()],
                       durations=[round(p.duration_s, 3) for p in schedule],
@@ -163,6 +167,7 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
             nemesis.run_planned(p, stop)
             procs.wait_leader(20)
             stop.wait(p.gap_s)
+        marker.close()  # before the final heal: the final barrier compares the end
         history.write("harness", "note", "final-heal-begin")
         healed = nemesis.heal_all()
         history.write("nemesis", "stop", "final-heal", **healed)
@@ -196,6 +201,8 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
             driver.stop_event.set()
         if observer is not None:
             observer.stop.set()
+        if marker is not None:
+            marker.stop.set()
         try:
             nemesis.heal_all() if not stop.is_set() else nemesis._resume()
         except Exception:

@@ -84,6 +84,8 @@ def clean_run() -> dict[str, Any]:
                                                           "cluster_digest": "d50",
                                                           "restored_digest": "d50"}))]
     history += membership_change(T0 + 18, removed="n0", added="n3")
+    history += [periodic_mark(T0 + 8, ("n0", "n1", "n2")),
+                periodic_mark(T0 + 24, ("n1", "n2", "n3"))]
     node = {"cluster": {"term": 4}, "jobs": [{"id": "j", "version": 1,
                                              "schedule": {"cron": "*/2 * * * * *",
                                                           "timezone": "UTC", "dst_gap": "auto",
@@ -107,6 +109,16 @@ def clean_run() -> dict[str, Any]:
                   "attempts": {"n1": attempts, "n2": attempts, "n3": attempts}},
         "sink": sink, "proxy": [{"event": "start"}],
     }
+
+
+def periodic_mark(at: float, members: tuple[str, ...], digest: str = "d60",
+                  **digests: dict[str, Any]) -> dict[str, Any]:
+    """The harness's digest mark made while the faults run (chaos/checks_marks.py): every
+    member's digest at the mark's index, equal unless `digests` says otherwise."""
+    return {"seed": 7, "process": "marks", "type": "note", "f": "digest-mark",
+            "wall": at, "cluster_wall": at, "mono": at, "mark": f"digest-mark-{int(at)}",
+            "index": 60, "digests": {n: digests.get(n, {"index": 60, "digest": digest})
+                                     for n in members}}
 
 
 def digest_mark(at: float, *, removed: str, digests: dict[str, Any] | None = None,
@@ -943,3 +955,35 @@ def test_an_early_start_before_a_slow_jobs_sleep_is_caught() -> None:
                             **start, "seq": s["seq"] - 1, "cluster_wall": instant - 2.0})
         [flagged] = check(run)["violations"]["early_fire"]
         assert flagged["measured_at"] == start["event"] and flagged["early_s"] == 2.0
+
+
+def test_digests_disagreeing_at_a_mark_during_the_run_are_caught() -> None:
+    """Issue 37, item 7: members compared at marks while the faults run, not only at the
+    end; a member that answered another digest at one index diverged, even if retention
+    pruned what differed before the final barrier."""
+    run = clean_run()
+    run["history"].append(periodic_mark(T0 + 30, ("n1", "n2", "n3"),
+                                        n2={"index": 60, "digest": "other"}))
+    [x] = check(run)["violations"]["mark_digest_divergence"]
+    assert x["digests"] == {"n1": "d60", "n2": "other", "n3": "d60"}
+
+
+def test_a_run_that_compared_too_few_marks_is_no_evidence() -> None:
+    """A mark that only one member answered (the others cut off) compares nothing."""
+    run = clean_run()
+    run["history"] = [h for h in run["history"] if h.get("process") != "marks"]
+    run["history"].append(periodic_mark(T0 + 8, ("n1",)))
+    run["history"].append(periodic_mark(T0 + 9, ("n1", "n2"), n2={"error": "timeout"}))
+    assert check(run)["violations"]["marks_not_compared"][0]["compared"] == 0
+
+
+def test_members_that_observed_one_finished_occurrence_differently_are_caught() -> None:
+    """Issue 37, item 7: each member's pruned history is judged on its own observation;
+    two members that saw one finished occurrence end differently diverged."""
+    run = clean_run()
+    o = run["final"]["nodes"]["n1"]["occurrences"][2]
+    run["observed"] = [
+        {"node": n, "cluster_wall": T0 + 20, "occurrences": [{**o, "status": status}]}
+        for n, status in (("n1", "succeeded"), ("n2", "failed"))]
+    [x] = check(run)["violations"]["observed_divergence"]
+    assert x["occurrence"] == o["id"] and x["states"] == {"n1": "succeeded", "n2": "failed"}

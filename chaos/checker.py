@@ -49,8 +49,11 @@ COVERAGE_KINDS = (
     "rolling_deploys", "queue_redelivery", "ack_loss", "worker_crashes",
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
     "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
-    "calendars", "several_schedules", "groups",
+    "calendars", "several_schedules", "groups", "leased_ahead", "herd_leased_ahead",
 )
+# A herd run leased earlier than this before its instant went by the herd path (the
+# ordinary dispatch ahead leases at most the default lease_ahead_s, 2 s, early).
+HERD_AHEAD_S = 2.5
 # Every check, by the name its violations carry: the report lists each with its count.
 CHECKS = (
     # evidence (checks_inputs)
@@ -532,6 +535,21 @@ def _occ_counts(nodes: dict[str, Any]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _leased_ahead(node: dict[str, Any] | None, attempts: dict[str, Any] | None
+                  ) -> list[tuple[str, float]]:
+    """(job, seconds early) of every scheduled run leased before its instant."""
+    out = []
+    for o in (node or {}).get("occurrences", []):
+        instant = ts(o.get("scheduled_for"))
+        if o.get("kind") != "scheduled" or instant is None:
+            continue
+        for a in (attempts or {}).get(o["id"]) or []:
+            leased = ts(a.get("leased_at"))
+            if leased is not None and leased < instant:
+                out.append((o["job_id"], instant - leased))
+    return out
+
+
 def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
               nodes: dict[str, Any], attempts: dict[str, Any], proxy: list[dict[str, Any]],
               ops: list[dict[str, Any]], dst: dict[str, Any]) -> dict[str, int]:
@@ -551,7 +569,11 @@ def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
         if (op.get("done") or {}).get("type") == "ok":
             ok[op["f"]] += 1
     unknown = sum(1 for op in ops if (op.get("done") or {}).get("type") == "info")
+    ahead = _leased_ahead(nodes.get(ref) if ref else None, attempts.get(ref) if ref else None)
     return {
+        "leased_ahead": len(ahead),
+        "herd_leased_ahead": sum(1 for job, early in ahead if job.startswith("herd-")
+                                 and early > HERD_AHEAD_S),
         "process_suspension": kinds["pause-leader"] + kinds["pause-two"]
         + kinds["worker-pause"],
         "lease_expiry": sum(1 for a in atts if a["status"] == "lost"),

@@ -17,7 +17,7 @@ import httpx
 
 from chaos import checks_calendar
 from chaos.history import History
-from chaos.procs import Processes
+from chaos.procs import HERD_SIZE, Processes
 
 # Fall-back day in New York: 01:00-01:59:59 local happens twice (EDT, then EST from
 # 06:00Z). The cluster's wall clock is moved to shortly before the fold.
@@ -51,7 +51,6 @@ def effect_cmd(sleep_s: float = 0, exit_code: int = 0) -> str:
     return cmd
 
 
-HERD_SIZE = 100
 
 
 def load_specs(sink_url: str) -> list[dict[str, Any]]:

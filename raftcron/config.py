@@ -11,6 +11,7 @@ from typing import Any
 from raftcron.core.ahead import (
     DEFAULT_LEASE_AHEAD_HERD_S,
     DEFAULT_LEASE_AHEAD_S,
+    HERD_SIZE,
     MAX_LEASE_AHEAD_S,
 )
 from raftcron.core.timefmt import parse_duration
@@ -53,6 +54,8 @@ class NodeConfig:
     lease_ahead_s: float = DEFAULT_LEASE_AHEAD_S
     # The same for a herd (1,000 runs or more due at one instant); at least lease_ahead_s.
     lease_ahead_herd_s: float = DEFAULT_LEASE_AHEAD_HERD_S
+    # How many runs due at one instant make a herd (leased lease_ahead_herd_s ahead).
+    herd_size: int = HERD_SIZE
     # API authentication: bearer tokens from `tokens_file`; `auth_off` only when the config
     # says `auth = "off"` explicitly. Neither set (a hand-built config): every request is
     # refused.
@@ -161,6 +164,14 @@ def _lease_ahead(data: dict[str, Any], key: str, default: float) -> float:
         raise ConfigError(f"config {key!r} must be a number from 0 to "
                           f"{MAX_LEASE_AHEAD_S:g} (seconds; 0 turns dispatch ahead off)")
     return float(value)
+
+
+def _herd_size(data: dict[str, Any]) -> int:
+    value = data.get("herd_size", HERD_SIZE)
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 10**7:
+        raise ConfigError("config 'herd_size' must be a whole number from 2 to 10000000 "
+                          "(runs due at one instant)")
+    return value
 
 
 def _number(data: dict[str, Any], key: str, default: float) -> float:
@@ -315,6 +326,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         backlog_alert_s=_number(data, "backlog_alert_s", 60.0),
         lease_ahead_s=_lease_ahead(data, "lease_ahead_s", DEFAULT_LEASE_AHEAD_S),
         lease_ahead_herd_s=_lease_ahead(data, "lease_ahead_herd_s", DEFAULT_LEASE_AHEAD_HERD_S),
+        herd_size=_herd_size(data),
         tokens_file=rel(tokens_file) if tokens_file else None,
         auth_off=auth_off,
         tls_cert=rel(tls_cert) if tls_cert else None,

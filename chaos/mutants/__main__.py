@@ -76,12 +76,15 @@ def run_one(mutant: Mutant, seed: int, out: Path) -> dict:
 
 
 def _verdict(stdout: str) -> dict | None:
-    """The checker's verdict: the last JSON object `chaos run` printed."""
+    """The checker's verdict: the last JSON object `chaos run` printed at the start of a
+    line (lines after it, such as where the report went, are ignored)."""
     start = stdout.rfind("\n{")
+    text = stdout[start + 1:] if start >= 0 else stdout
     try:
-        return json.loads(stdout[start + 1:] if start >= 0 else stdout)
+        verdict, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
         return None
+    return verdict if isinstance(verdict, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:

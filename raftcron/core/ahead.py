@@ -29,11 +29,13 @@ from dataclasses import dataclass
 # (state.attempts._due_again), not at once: before that fix a chaos run recorded effects
 # 0.59-0.66 s early with it on. `lease_ahead_s = 0` in a node's config turns it off.
 DEFAULT_LEASE_AHEAD_S = 2.0
-# A herd (leader.dispatch.HERD_SIZE runs due at one instant) may go this far ahead: leasing
+# A herd (HERD_SIZE runs due at one instant) may go this far ahead: leasing
 # and acknowledging 33,000 runs took 6-8 s on two cores (bench/herd.py), and their checks
 # before the start go out up to 1.8 s before it. At 6 s, 4,000-16,000 of them were still
 # leased after their instant; at 10 s every one was out 2.4 s before it.
 DEFAULT_LEASE_AHEAD_HERD_S = 10.0
+# How many runs due at one instant (within 10 ms) make a herd, by default.
+HERD_SIZE = 1000
 MAX_LEASE_AHEAD_S = 10.0
 # The clock guard's bound (leader.clock.MAX_SKEW_MS): a worker further off than this from
 # the server it measured takes nothing ahead.

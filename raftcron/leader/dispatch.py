@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import commands as c
 from raftcron.core import identity
+from raftcron.core.ahead import HERD_SIZE
 from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.state.one_step import select_all
@@ -25,7 +26,6 @@ GROUP_MS = 10
 # that every waiting worker's Lease is committed before the instant and all of them are
 # handed out at it, instead of one Raft round trip after another past the instant. Kept
 # well under the clock margin a new leader tolerates (node.MAX_CLOCK_BEHIND_MS).
-HERD_SIZE = 1000
 HERD_LEASE_LEAD_MS = 1000
 # After a Lease that handed out nothing, wait this long (or for a change) before choosing
 # again, rather than proposing the same refused runs in a loop.
@@ -106,12 +106,16 @@ class Dispatcher:
         clock: Callable[[], int] = now_ms,
         ahead_ms: int = 0,
         herd_ahead_ms: int = 0,
+        herd_size: int = HERD_SIZE,
     ) -> None:
         self.epoch = epoch
         self.ahead_ms = ahead_ms
         """Dispatch ahead: how long before its instant a run may go to a worker that asks
         for runs ahead (0: never)."""
         self.herd_ahead_ms = max(ahead_ms, herd_ahead_ms) if ahead_ms else 0
+        self.herd_size = herd_size
+        """How many runs due in one GROUP_MS make a herd (the chaos suite makes its
+        100-job herd one, so that the herd path runs under faults)."""
         """The same for a herd (at least HERD_SIZE runs due within GROUP_MS): leasing 33,000
         runs takes seconds, so they start leasing earlier to be out by their instant."""
         self.proposer = proposer
@@ -279,7 +283,7 @@ class Dispatcher:
         return live_ids + backfill_ids, max(live_stamp, backfill_stamp)
 
     def _is_herd(self, queues: list[str], instant: int, now: int) -> bool:
-        """Whether at least HERD_SIZE runs are pending within GROUP_MS from `instant`."""
+        """Whether at least `herd_size` runs are pending within GROUP_MS of `instant`."""
         assert self._conn is not None
         herd_key = (tuple(sorted(queues)), instant)
         if herd_key in self.herds:
@@ -289,7 +293,7 @@ class Dispatcher:
             f"AND queue IN ({','.join('?' * len(queues))}) AND not_before_ms BETWEEN ? AND ?",
             (*queues, instant, instant + GROUP_MS),
         ).fetchone()[0]
-        if size < HERD_SIZE:
+        if size < self.herd_size:
             return False
         # Remembered: the herd's last few hundred runs are still part of it.
         self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}

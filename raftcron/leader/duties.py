@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftcron.cluster.proposer import Proposer
-from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_HERD_S, DEFAULT_LEASE_AHEAD_S
+from raftcron.core.ahead import DEFAULT_LEASE_AHEAD_HERD_S, DEFAULT_LEASE_AHEAD_S, HERD_SIZE
 from raftcron.core.delivery import DEFAULT_GIVE_UP_S
 from raftcron.leader.availability import ClockConfirmations
 from raftcron.leader.backlog import DEFAULT_BOUND_S, BacklogAlerts
@@ -46,6 +46,7 @@ class DutySettings:
     # Dispatch ahead: how far before its instant a run may be leased (0: never).
     lease_ahead_ms: int = int(DEFAULT_LEASE_AHEAD_S * 1000)
     lease_ahead_herd_ms: int = int(DEFAULT_LEASE_AHEAD_HERD_S * 1000)
+    herd_size: int = HERD_SIZE
 
 
 class LeaderDuties:
@@ -57,11 +58,12 @@ class LeaderDuties:
         """`on_event(duty, result)` counts webhook deliveries and watchdog pings."""
         settings = settings or DutySettings()
         self.epoch = epoch
-        self.ticker = Ticker(epoch, proposer, open_reader)
+        self.ticker = Ticker(epoch, proposer, open_reader, herd_size=settings.herd_size)
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader,
                                      ahead_ms=settings.lease_ahead_ms,
-                                     herd_ahead_ms=settings.lease_ahead_herd_ms)
+                                     herd_ahead_ms=settings.lease_ahead_herd_ms,
+                                     herd_size=settings.herd_size)
         # One set of compiled calendars for both: each is compiled once per change.
         self.deadlines = Deadlines(epoch, proposer, open_reader,
                                    calendars=self.ticker.calendar_cache)

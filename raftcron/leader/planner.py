@@ -14,6 +14,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from raftcron.core import policy
+from raftcron.core.ahead import HERD_SIZE
 from raftcron.core.calendar import CompiledCalendar, excluding_calendar, skip_reason
 from raftcron.core.schedule import jitter_offset_ms
 from raftcron.core.schedule_set import ScheduleSet
@@ -22,7 +23,6 @@ LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
 # A herd (many jobs sharing one instant, e.g. midnight) is claimed further ahead, so its
 # claims are committed before the instant instead of after it.
-HERD_SIZE = 1000
 HERD_LOOKAHEAD_MS = 10_000
 # A job that missed more instants than this (e.g. every second, cluster down for days) is
 # accounted for over several rounds, so one job cannot monopolise a tick.
@@ -72,8 +72,9 @@ class JobRecord:
 
 
 class TickPlanner:
-    def __init__(self, lookahead_ms: int = LOOKAHEAD_MS) -> None:
+    def __init__(self, lookahead_ms: int = LOOKAHEAD_MS, herd_size: int = HERD_SIZE) -> None:
         self.lookahead_ms = lookahead_ms
+        self.herd_size = herd_size
         self.jobs: dict[str, JobRecord] = {}
         self._heap: list[tuple[int, str, int]] = []  # (next_ms, job_id, version)
         self.per_instant: dict[int, int] = {}  # live jobs whose next instant is this one
@@ -110,7 +111,7 @@ class TickPlanner:
         horizon = now_ms + self.lookahead_ms
         limit = now_ms + HERD_LOOKAHEAD_MS
         for instant, n in self.per_instant.items():
-            if n >= HERD_SIZE and horizon < instant <= limit:
+            if n >= self.herd_size and horizon < instant <= limit:
                 horizon = instant
         return horizon
 
@@ -123,7 +124,7 @@ class TickPlanner:
                 heapq.heappop(self._heap)  # stale entry
                 continue
             herds = [i - HERD_LOOKAHEAD_MS for i, n in self.per_instant.items()
-                     if n >= HERD_SIZE]
+                     if n >= self.herd_size]
             return min([next_ms - self.lookahead_ms, *herds])
         return None
 

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 
 from raftcron.cluster.proposer import Proposer
+from raftcron.core.ahead import HERD_SIZE
 from raftcron.core.commands import Claim
 from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
 from raftcron.state.calendars import CompiledCalendars
@@ -49,12 +50,13 @@ class Ticker:
         proposer: Proposer,
         open_reader: Callable[[], sqlite3.Connection],
         clock: Callable[[], int] = now_ms,
+        herd_size: int = HERD_SIZE,
     ) -> None:
         self.epoch = epoch
         self.proposer = proposer
         self.open_reader = open_reader
         self.clock = clock
-        self.planner = TickPlanner()
+        self.planner = TickPlanner(herd_size=herd_size)
         self.changed_jobs: set[str] = set()
         self.calendars_changed = True
         # Compiled calendars, recompiled only when one changed (shared with the

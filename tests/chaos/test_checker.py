@@ -987,3 +987,27 @@ def test_members_that_observed_one_finished_occurrence_differently_are_caught() 
         for n, status in (("n1", "succeeded"), ("n2", "failed"))]
     [x] = check(run)["violations"]["observed_divergence"]
     assert x["occurrence"] == o["id"] and x["states"] == {"n1": "succeeded", "n2": "failed"}
+
+
+def test_runs_leased_ahead_and_by_the_herd_path_are_required_coverage() -> None:
+    """Issue 37, item 9: a run leased before its instant, and a herd run leased further
+    ahead than ordinary dispatch goes, are coverage kinds: a run without them did not
+    exercise those paths under faults."""
+    run = clean_run()
+    kinds = ("leased_ahead", "herd_leased_ahead")
+    missing = {x["kind"] for x in check_run(run, required_coverage=kinds)["violations"][
+        "coverage_missing"]}
+    assert missing == set(kinds)
+    occs = run["final"]["nodes"]["n1"]["occurrences"]
+    attempts = run["final"]["attempts"]["n1"]
+    early = occs[3]
+    attempts[early["id"]][0]["leased_at"] = iso(ts_of(early) - 1.0)
+    coverage = check_run(run, required_coverage=kinds)["stats"]["coverage"]
+    assert (coverage["leased_ahead"], coverage["herd_leased_ahead"]) == (1, 0)
+    for nid in run["final"]["nodes"]:
+        for o in run["final"]["nodes"][nid]["occurrences"]:
+            if o["id"] == early["id"]:
+                o["job_id"] = "herd-007"
+    attempts[early["id"]][0]["leased_at"] = iso(ts_of(early) - 6.0)
+    coverage = check_run(run, required_coverage=kinds)["stats"]["coverage"]
+    assert (coverage["leased_ahead"], coverage["herd_leased_ahead"]) == (1, 1)

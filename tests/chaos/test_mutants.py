@@ -40,6 +40,7 @@ def test_the_copy_holds_the_tracked_tree(tmp_path: Path) -> None:
 
 
 def test_the_verdict_is_read_from_the_runs_last_json() -> None:
-    out = 'chaos: seed 1\n{\n  "valid": false,\n  "violations": {\n    "early_fire": 3\n  }\n}\n'
+    out = ('chaos: seed 1\n{\n  "valid": false,\n  "violations": {\n    "early_fire": 3\n'
+           '  }\n}\nchaos: report in out/report.md\n')
     assert _verdict(out) == {"valid": False, "violations": {"early_fire": 3}}
     assert _verdict("chaos: crashed\n") is None

@@ -108,3 +108,12 @@ def test_lease_ahead_horizons_default_and_bounds(tmp_path: Path) -> None:
                 "lease_ahead_s = true", "lease_ahead_herd_s = 60"):
         with pytest.raises(ConfigError, match="lease_ahead"):
             load_config(str(write(tmp_path, bad)))
+
+
+def test_herd_size_default_and_bounds(tmp_path: Path) -> None:
+    assert load_config(str(write(tmp_path))).herd_size == 1000
+    assert load_config(str(write(tmp_path, "herd_size = 100"))).herd_size == 100
+    for bad in ("herd_size = 1", "herd_size = 0", 'herd_size = "100"', "herd_size = 1.5",
+                "herd_size = true", "herd_size = 100000000"):
+        with pytest.raises(ConfigError, match="herd_size"):
+            load_config(str(write(tmp_path, bad)))

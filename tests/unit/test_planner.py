@@ -142,3 +142,15 @@ def test_a_start_at_in_the_last_second_of_9999_plans_no_instant() -> None:
     p = TickPlanner()
     p.upsert(r)
     assert p.due(T0 + 5000) == []
+
+
+def test_a_smaller_herd_size_makes_fewer_jobs_a_herd() -> None:
+    """`herd_size` (a node's config; the chaos suite sets 100): 100 jobs sharing an
+    instant are claimed ten seconds ahead with it, and only a second ahead without."""
+    midnight = T0 + 86_400_000
+    for herd_size, wakeup in ((100, midnight - HERD_LOOKAHEAD_MS), (HERD_SIZE, None)):
+        p = TickPlanner(herd_size=herd_size)
+        for i in range(100):
+            p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))
+        woke = p.next_wakeup_ms()
+        assert woke == (wakeup if wakeup is not None else midnight - p.lookahead_ms)

@@ -4,7 +4,7 @@
 // its attempts (worker, fencing token, times, exit code, output, error).
 
 import {
-  $, el, td, statusBadge, sinceIso, shortTime, causeText, between, duration, render, forget, fillRows, api, say,
+  $, el, td, scheduleText, statusBadge, sinceIso, shortTime, causeText, between, duration, render, forget, fillRows, api, say,
   actionButton, idempotencyKey,
 } from "./lib.js";
 import { CHANGES_PAGE, renderChanges } from "./jobchanges.js";
@@ -48,7 +48,7 @@ export function openJob(jobId) {
 
 function scheduleList(j) {
   return el("ul", { class: "schedules" }, ...j.schedules.map((s) => el("li", {},
-    el("strong", {}, s.name), " ", el("code", {}, s.cron), ` (${s.timezone})`,
+    el("strong", {}, s.name), " ", el("code", {}, scheduleText(s)), ` (${s.timezone})`,
     s.start_at ? ` from ${shortTime(s.start_at)}` : "", s.end_at ? ` until ${shortTime(s.end_at)}` : "")));
 }
 
@@ -60,7 +60,10 @@ function definitionRows(j) {
     .filter(Boolean).join(" ");
   return [
     j.schedules ? ["Schedules", el("div", {}, j.describe, scheduleList(j))]
-      : ["Schedule", el("span", {}, j.describe, " ", el("code", {}, s.cron))],
+      : ["Schedule", el("span", {}, j.describe, " ", el("code", {}, scheduleText(s)))],
+    // A one-time job that fired, or a schedule past its end: nothing more will run.
+    j.done ? ["State", el("span", { class: "status status-succeeded" },
+      "done: its schedule names no further instant (its history stays)")] : null,
     j.calendars && j.calendars.length ? ["Calendars", j.calendars.join(", ")] : null,
     j.labels && Object.keys(j.labels).length ? ["Labels", Object.entries(j.labels)
       .map(([k, v]) => `${k}=${v}`).join(", ")] : null,
@@ -310,7 +313,7 @@ export async function refreshJob() {
   view.job = job.value;
   offerZones(view.zone);
   if (!view.editFilled) {
-    $("#edit-cron").value = job.value.schedule.cron;
+    $("#edit-cron").value = job.value.schedule.cron || "";
     $("#edit-timezone").value = job.value.schedule.timezone;
     view.editFilled = true;
   }
@@ -470,7 +473,9 @@ async function saveEdit(event) {
     // The job as this token reads it: secrets come back as "***", which the server keeps.
     const job = await api(`/v1/jobs/${encodeURIComponent(view.jobId)}`);
     const body = Object.fromEntries(JOB_FIELDS.filter((k) => k in job).map((k) => [k, job[k]]));
-    body.schedule = { ...job.schedule, cron: p.cron, timezone: p.timezone };
+    // A cron replaces whatever kind the schedule was (one-time, interval).
+    const { at, every, anchor, ...kept } = job.schedule;
+    body.schedule = { ...kept, cron: p.cron, timezone: p.timezone };
     for (const k of ["start_at", "end_at"]) if (body.schedule[k] === null) delete body.schedule[k];
     const saved = await api(`/v1/jobs/${encodeURIComponent(view.jobId)}`, {
       method: "PUT", body: JSON.stringify(body), headers: { "If-Match": `"${p.version}"` } });

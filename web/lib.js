@@ -82,6 +82,13 @@ export function td(content, attrs = {}) {
   return el("td", attrs, content ?? "–");
 }
 
+// A schedule in one line: its cron, its one-time times or its interval.
+export function scheduleText(s) {
+  if (s.at) return `at ${[].concat(s.at).join(", ")}`;
+  if (s.every) return `every ${s.every}${s.anchor ? ` from ${s.anchor}` : ""}`;
+  return s.cron;
+}
+
 export function statusBadge(status, extra) {
   const text = `${SYMBOL[status] || "•"} ${status}${extra ? ` (${extra})` : ""}`;
   return el("span", { class: `status status-${status}` }, text);

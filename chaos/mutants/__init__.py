@@ -39,17 +39,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "stale_token_accepted",
-        "a heartbeat or completion is accepted whatever its fencing token and worker, "
-        "while the attempt is held",
+        "a completion from a lease that expired (its attempt lost, a retry holding a newer "
+        "token) is accepted and credited as the run's outcome",
         (Edit("raftcron/state/attempts.py",
-              "    if att[A_TOKEN] is None or att[A_TOKEN] != token:\n",
-              "    if att[A_TOKEN] is None:\n"),
-         Edit("raftcron/state/attempts.py",
-              "    if att[A_WORKER] != worker_id:\n"
-              "        return rejected(errors.FOREIGN_LEASE,",
-              "    if False:\n"
-              "        return rejected(errors.FOREIGN_LEASE,")),
-        ("stale_write", "double_effect", "double_execution"),
+              '        if status != "running":\n'
+              "            results.append({\"attempt_id\": attempt_id, **rejected(\n"
+              "                errors.LEASE_EXPIRED,",
+              '        if status not in ("running", "lost"):\n'
+              "            results.append({\"attempt_id\": attempt_id, **rejected(\n"
+              "                errors.LEASE_EXPIRED,"),),
+        ("stale_write", "rerun_after_success", "double_effect"),
     ),
     Mutant(
         "leased_twice",

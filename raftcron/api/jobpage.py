@@ -114,7 +114,7 @@ async def job_page(request: Request) -> JSONResponse:
         detail["describe"] = job.fire_times().describe()
         detail["upcoming"] = upcoming_fires(job, after_ms, count, calendars)
     except ScheduleError as e:
-        detail["describe"] = f"cron {job.schedule.cron!r} does not compile: {e}"
+        detail["describe"] = f"the schedule does not compile: {e}"
         detail["upcoming"] = []
     if any(name in request.query_params for name in PROPOSAL_PARAMS):
         # A job with several schedules: the proposal edits its first, as a single one.

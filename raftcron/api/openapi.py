@@ -38,7 +38,7 @@ from raftcron.api import (
 )
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.cluster import membership
-from raftcron.core import calendar, model
+from raftcron.core import calendar, model, one_time
 from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
 from raftcron.core.secrets import SECRET_NAME_RE
@@ -136,19 +136,50 @@ def accepted_zones() -> list[str]:
 
 TIMEZONE = {"$ref": "#/components/schemas/TimeZone"}
 
-SCHEDULE_OBJECT: dict[str, Any] = {
-    "type": "object", "required": ["cron"], "additionalProperties": False,
-    "properties": {
-        "cron": CRON,
-        "timezone": TIMEZONE,
-        "dst_gap": {"enum": ["auto", "shift", "skip"]},
-        "dst_fold": {"enum": ["auto", "once", "both"]},
-        "jitter_s": {"type": "integer", "minimum": 0, "maximum": model.MAX_JITTER_S},
-        "start_at": {"anyOf": [INSTANT, {"type": "null"}]},
-        "end_at": {"anyOf": [INSTANT, {"type": "null"}],
-                   "description": "after start_at when both are set"},
-    },
+SCHEDULE_COMMON: dict[str, Any] = {
+    "timezone": TIMEZONE,
+    "dst_gap": {"enum": ["auto", "shift", "skip"]},
+    "dst_fold": {"enum": ["auto", "once", "both"]},
+    "jitter_s": {"type": "integer", "minimum": 0, "maximum": model.MAX_JITTER_S},
+    "start_at": {"anyOf": [INSTANT, {"type": "null"}]},
+    "end_at": {"anyOf": [INSTANT, {"type": "null"}],
+               "description": "after start_at when both are set"},
 }
+# One local date-time of a one-time schedule. The format says it all (a pattern beside it
+# would make generators draw from it instead), as for `cron`.
+LOCAL_DATE_TIME = {
+    "type": "string", "format": "local-date-time",
+    "description": "YYYY-MM-DDTHH:MM[:SS] in the schedule's zone (its dst_gap and dst_fold "
+                   "rules apply), or with an offset or Z (that instant); between 1970 and "
+                   "the end of 9999 in UTC, and not in a DST gap when dst_gap is skip"}
+EVERY = {"anyOf": [
+    {"type": "string", "format": "interval",
+     "description": "a duration such as 45s, 90m, 1h30m, 2d or 1w (each unit once, largest "
+                    "first), from 1 s to 366 days"},
+    {"type": "integer", "minimum": one_time.MIN_EVERY_S, "maximum": one_time.MAX_EVERY_S,
+     "description": "seconds"}]}
+WHOLE_SECOND_INSTANT = {**INSTANT, "pattern": INSTANT["pattern"].replace("[0-9:.]+", "[0-9:]+"),
+                        "description": "ISO 8601 with Z or an offset, to the whole second"}
+CRON_SCHEDULE: dict[str, Any] = {
+    "type": "object", "required": ["cron"], "additionalProperties": False,
+    "properties": {"cron": CRON, **SCHEDULE_COMMON},
+}
+ONCE_SCHEDULE: dict[str, Any] = {
+    "type": "object", "required": ["at"], "additionalProperties": False,
+    "description": "one-time: fires at each of its times once, and the job then shows done",
+    "properties": {"at": {"anyOf": [LOCAL_DATE_TIME, {
+        "type": "array", "minItems": 1, "maxItems": one_time.MAX_AT,
+        "items": LOCAL_DATE_TIME}]}, **SCHEDULE_COMMON},
+}
+EVERY_SCHEDULE: dict[str, Any] = {
+    "type": "object", "required": ["every"], "additionalProperties": False,
+    "description": "an interval: the instants anchor + k x every (absolute: DST does not "
+                   "move them; the zone is the one the job is shown in)",
+    "properties": {"every": EVERY, "anchor": {**WHOLE_SECOND_INSTANT, "description": (
+        "the phase: one instant of the series (default 1970-01-01T00:00:00Z)")},
+        **SCHEDULE_COMMON},
+}
+SCHEDULE_OBJECT: dict[str, Any] = {"oneOf": [CRON_SCHEDULE, ONCE_SCHEDULE, EVERY_SCHEDULE]}
 SHELL_TARGET = {"type": "object", "required": ["shell"], "additionalProperties": False,
                 "properties": {"shell": {
                     "type": "string", "minLength": 1, "maxLength": model.MAX_SHELL_LEN,
@@ -222,10 +253,11 @@ JOB_INPUT: dict[str, Any] = {
                                              "most its limit of runs hold leases at once"},
     },
 }
-SCHEDULE_LISTED = {**SCHEDULE_OBJECT, "properties": {
-    **SCHEDULE_OBJECT["properties"],
-    "name": {**NAME, "description": "what an occurrence records as matched (default: the "
-                                    "position, from 0); distinct within the job"}}}
+SCHEDULE_NAME = {**NAME, "description": "what an occurrence records as matched (default: "
+                                       "the position, from 0); distinct within the job"}
+SCHEDULE_LISTED = {"oneOf": [{**kind, "properties": {**kind["properties"],
+                                                     "name": SCHEDULE_NAME}}
+                             for kind in (CRON_SCHEDULE, ONCE_SCHEDULE, EVERY_SCHEDULE)]}
 JOB_INPUT["properties"].update({
     "schedules": {"type": "array", "minItems": 1, "maxItems": model.MAX_SCHEDULES,
                   "items": {"anyOf": [SCHEDULE_LISTED, CRON]},

@@ -83,14 +83,25 @@ def _most_specific(errors: Iterable[Any]) -> Any:
     if error.kind.name not in ("oneOf", "anyOf") or not all(branches):
         return error  # no branch to look into, or several branches were valid
     here = len(error.instance_path)
-    meant = [b for b in branches
-             if not any(e.kind.name == "type" and len(e.instance_path) == here for e in b)]
+    meant = [b for b in branches if not any(_wrong_type(e, here) for e in b)]
     if len(meant) == 1:
         return _most_specific(meant[0])
-    best = max(branches, key=lambda b: (max(map(_depth, b)), -len(b)))
-    if max(map(_depth, best)) > here:
+    def rank(branch: list[Any]) -> tuple[int, int]:
+        return max(map(_depth, branch)), -len(branch)
+
+    best = max(branches, key=rank)
+    # Deeper than here, or alone in failing least: the branch the client meant.
+    if rank(best)[0] > here or [rank(b) for b in branches].count(rank(best)) == 1:
         return _most_specific(best)
     return error
+
+
+def _wrong_type(error: Any, here: int) -> bool:
+    """The value at `here` has none of the types the failing schema allows."""
+    if len(error.instance_path) != here:
+        return False
+    return error.kind.name == "type" or (error.kind.name in ("oneOf", "anyOf")
+                                         and _branch_types(error) is not None)
 
 
 def _alternatives(branches: list[Any]) -> list[str] | None:
@@ -108,14 +119,20 @@ def _branch_types(error: Any) -> list[str] | None:
     here = len(error.instance_path)
     types: list[str] = []
     for branch in getattr(error.kind, "context", None) or []:
-        if not branch or any(e.kind.name != "type" or len(e.instance_path) != here
-                             for e in branch):
+        if not branch or any(len(e.instance_path) != here for e in branch):
             return None
         for e in branch:
-            for t in e.kind.as_dict().get("types") or [e.kind.as_dict().get("type")]:
-                name = _TYPE_NAMES.get(str(t), str(t))
-                if name not in types:
-                    types.append(name)
+            if e.kind.name in ("oneOf", "anyOf"):
+                inner = _branch_types(e)
+                if inner is None:
+                    return None
+                names = inner
+            elif e.kind.name == "type":
+                names = [_TYPE_NAMES.get(str(t), str(t))
+                         for t in e.kind.as_dict().get("types") or [e.kind.as_dict().get("type")]]
+            else:
+                return None
+            types += [n for n in names if n not in types]
     return types or None
 
 

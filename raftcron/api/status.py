@@ -44,6 +44,7 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
 # (a search would tell whether a secret contains a word).
 SEARCHED = ("id || ' ' || tenant || ' ' || queue || ' ' || "
             "coalesce(json_extract(spec, '$.schedule.cron'), '') || ' ' || "
+            "coalesce(json_extract(spec, '$.schedule.at'), '') || ' ' || "
             "coalesce(json_extract(spec, '$.schedule.timezone'), '') || ' ' || "
             "coalesce(json_extract(spec, '$.schedules'), '') || ' ' || "
             "coalesce(json_extract(spec, '$.labels'), '') || "
@@ -90,7 +91,7 @@ async def jobs_overview(request: Request) -> JSONResponse:
         try:
             described = Job.from_spec(json.loads(row[3])).fire_times().describe()
         except ScheduleError:
-            described = first["cron"]
+            described = first.get("cron") or "(does not compile)"
         occs = await ctx.fetchall(*recent_occurrences(row[0], per_job))
         timeline = [occurrence_to_api(o) for o in occs]
         out.append({
@@ -195,7 +196,9 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
         cals = [(calendars or {})[n] for n in job.calendars if n in (calendars or {})]
-        if job.schedules or cals:  # their union, or calendars: one step per instant
+        # Several schedules, calendars, or a one-time or interval schedule: one step per
+        # instant (a cron one counts a minute of seconds at once).
+        if job.schedules or cals or job.schedule.kind != "cron":
             counted_jobs += 1
             for nxt_ms in job.fire_times().iter_after(start_s * 1000 - 1, end_s * 1000 - 1):
                 if seen >= cap:

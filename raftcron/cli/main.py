@@ -51,12 +51,15 @@ def _fail(message: str) -> int:
 
 def cmd_schedule_preview(args: argparse.Namespace) -> int:
     from raftcron.core.errors import ValidationError
-    from raftcron.core.schedule import ScheduleError, compile_schedule
+    from raftcron.core.model import compile_member, parse_schedule
+    from raftcron.core.schedule import ScheduleError
     from raftcron.core.timefmt import ms_to_iso, ms_to_local_iso, parse_iso_ms
 
     try:
-        sched = compile_schedule(args.cron, args.tz, args.dst_gap, args.dst_fold,
-                                 hash_key=args.job_id)
+        entry = _schedule_entries(args)[0]
+        spec = parse_schedule({**entry, "timezone": args.tz, "dst_gap": args.dst_gap,
+                               "dst_fold": args.dst_fold}, args.job_id)
+        sched = compile_member(spec, args.job_id)
         start = parse_iso_ms(args.start, "--start") // 1000 if args.start else int(time.time())
     except (ScheduleError, ValidationError) as e:
         return _fail(f"{e.field}: {e.message}")
@@ -292,6 +295,32 @@ def _read_json(path: str) -> Any:
         raise UsageError(f"{path} is not valid JSON: {e}") from None
 
 
+def _schedule_text(schedule: dict[str, Any]) -> str:
+    """A listed schedule in one cell: its cron, `at <times>` or `every <interval>`."""
+    if "at" in schedule:
+        at = schedule["at"]
+        return "at " + (", ".join(at) if isinstance(at, list) else at)
+    if "every" in schedule:
+        return f"every {schedule['every']}"
+    return schedule["cron"]
+
+
+def _schedule_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The schedules the options name: one per --cron, one for all --at times, one for
+    --every (with --anchor)."""
+    entries: list[dict[str, Any]] = [{"cron": c} for c in args.cron or []]
+    ats = getattr(args, "at", None) or []
+    if ats:
+        entries.append({"at": ats if len(ats) > 1 else ats[0]})
+    every = getattr(args, "every", None)
+    anchor = getattr(args, "anchor", None)
+    if anchor and not every:
+        raise UsageError("--anchor goes with --every")
+    if every:
+        entries.append({"every": every, **({"anchor": anchor} if anchor else {})})
+    return entries
+
+
 def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         body = _read_json(args.file)
@@ -301,20 +330,21 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         body = {}
     if getattr(args, "job_id", None):
         body["id"] = args.job_id
-    crons = args.cron or []
-    if len(crons) > 1:  # several --cron: several schedules, each in --tz
+    entries = _schedule_entries(args)
+    zone = {"timezone": args.tz} if args.tz else {}
+    if len(entries) > 1:  # several --cron, or --at/--every beside one: each in --tz
         body.pop("schedule", None)
-        body["schedules"] = [{"cron": c, **({"timezone": args.tz} if args.tz else {})}
-                             for c in crons]
-    elif crons or args.tz:
+        body["schedules"] = [{**e, **zone} for e in entries]
+    elif entries or args.tz:
         if "schedules" in body:
-            raise UsageError("this job has several schedules: give them all with --cron "
-                             "(one per schedule), or edit them with --file")
+            raise UsageError("this job has several schedules: give them all with --cron, "
+                             "--at or --every, or edit them with --file")
         sched = body.setdefault("schedule", {})
-        if crons:
-            sched["cron"] = crons[0]
-        if args.tz:
-            sched["timezone"] = args.tz
+        if entries:  # another kind replaces the old one; its other settings stay
+            for kind in ("cron", "at", "every", "anchor"):
+                sched.pop(kind, None)
+            sched.update(entries[0])
+        sched.update(zone)
     if args.calendar:
         body["calendars"] = args.calendar
     if args.label:
@@ -388,7 +418,8 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
     elif action == "list":
         data = client.request("GET", "/v1/jobs", params={"limit": 500})
         print_output(args, data, [(j["id"], j["tenant"], " | ".join(
-                                 s["cron"] for s in j.get("schedules") or [j["schedule"]]),
+                                 _schedule_text(s)
+                                 for s in j.get("schedules") or [j["schedule"]]),
                              (j.get("schedule") or j["schedules"][0])["timezone"],
                              "paused" if j["paused"] else "active",
                              str(j["version"])) for j in data["jobs"]],
@@ -399,7 +430,7 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
         current = client.request("GET", f"/v1/jobs/{args.job_id}")
         body = {k: v for k, v in current.items() if k not in (
             "version", "watermark", "created_at", "updated_at", "next_fire_times",
-            "latest_occurrence", "pause_note")}
+            "latest_occurrence", "pause_note", "done")}
         body.update(_job_body(args))
         _checked_bounds(body)
         job = client.request("PUT", f"/v1/jobs/{args.job_id}", json=body,
@@ -660,8 +691,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("schedule", help="schedule tools")
     ssub = sp.add_subparsers(dest="schedule_command", required=True, parser_class=_Parser)
-    pv = ssub.add_parser("preview", help="print the next fire instants of a cron expression")
-    pv.add_argument("--cron", required=True)
+    pv = ssub.add_parser("preview", help="print the next fire instants of a schedule")
+    kind = pv.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--cron", action="append", help="a cron expression")
+    kind.add_argument("--at", action="append",
+                      help="a one-time local date-time, e.g. 2026-12-24T09:00 (repeatable)")
+    kind.add_argument("--every", help="an interval, e.g. 90m or 1h30m")
+    pv.add_argument("--anchor", help="with --every: one instant of the series (its phase)")
     pv.add_argument("--tz", default="UTC")
     pv.add_argument("--dst-gap", default="auto")
     pv.add_argument("--dst-fold", default="auto")
@@ -744,6 +780,13 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--file", help="job JSON")
             a.add_argument("--cron", action="append",
                            help="cron expression; repeat for several schedules")
+            a.add_argument("--at", action="append",
+                           help="run once at this local date-time, e.g. 2026-12-24T09:00 in "
+                                "--tz (repeatable: once at each)")
+            a.add_argument("--every", help="run at an interval, e.g. 90m or 1h30m")
+            a.add_argument("--anchor",
+                           help="with --every: one instant of the series (default 1970-01-01"
+                                "T00:00:00Z), e.g. 2026-01-01T00:15:00Z")
             a.add_argument("--calendar", action="append",
                            help="a calendar whose exclusions the job skips (repeatable)")
             a.add_argument("--label", action="append", help="NAME=VALUE (repeatable)")

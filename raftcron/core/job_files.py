@@ -21,7 +21,7 @@ MEDIA_TYPES = {"toml": "application/toml", "yaml": "application/yaml",
                "json": "application/json"}
 # What the API shows of a job that is the cluster's, not the job's definition.
 SERVER_FIELDS = frozenset({"version", "watermark", "created_at", "updated_at",
-                           "next_fire_times"})
+                           "next_fire_times", "done"})
 
 
 def exported(job: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from raftcron.core.errors import ValidationError
+from raftcron.core.one_time import (
+    IntervalSchedule,
+    OnceSchedule,
+    compile_kind,
+    compile_once,
+    every_text,
+    parse_at,
+    parse_every,
+)
 from raftcron.core.schedule import CronSchedule, ScheduleError, compile_schedule
 from raftcron.core.schedule_set import ScheduleSet
 from raftcron.core.secrets import is_secret_ref
@@ -70,14 +79,18 @@ _TOP_LEVEL = {
     "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
     "concurrency_group", "schedules", "calendars", "labels",
 }
-_SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at"}
+_SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at",
+                  "at", "every", "anchor"}
 # An entry of `schedules` may be named; the name is what an occurrence records as matched.
 _LISTED_SCHEDULE_KEYS = _SCHEDULE_KEYS | {"name"}
 
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    cron: str
+    """One schedule of a job: a cron expression, one-time local times (`at`), or an
+    interval (`every_s` from `anchor_ms`); exactly one of the three is set."""
+
+    cron: str = ""
     timezone: str = "UTC"
     dst_gap: str = "auto"
     dst_fold: str = "auto"
@@ -86,6 +99,15 @@ class Schedule:
     end_at_ms: int | None = None
     # Set on the entries of a job's `schedules` list only (a single schedule has none).
     name: str | None = None
+    # One-time and interval schedules (core.one_time); left out of a spec while unset, so
+    # a cron schedule's spec is what it was before they existed.
+    at: tuple[str, ...] = ()
+    every_s: int | None = None
+    anchor_ms: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "at" if self.at else "every" if self.every_s is not None else "cron"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +150,9 @@ class Job:
         """The union of the job's schedules: what every reader of fire times uses."""
         return ScheduleSet.from_spec(self.to_spec(), self.id)
 
-    def compiled(self) -> CronSchedule:
-        s = self.schedule
-        return compile_schedule(s.cron, s.timezone, s.dst_gap, s.dst_fold, hash_key=self.id)
+    def compiled(self) -> CronSchedule | OnceSchedule | IntervalSchedule:
+        """The first schedule compiled (what a single-schedule view describes)."""
+        return compile_member(self.schedule, self.id)
 
     def with_version(self, version: int) -> Job:
         return replace(self, version=version)
@@ -164,9 +186,9 @@ class Job:
     @staticmethod
     def from_spec(d: dict[str, Any]) -> Job:
         d = dict(d)
-        d["schedule"] = Schedule(**d["schedule"])
+        d["schedule"] = schedule_from_spec(d["schedule"])
         d["notify"] = tuple(d.get("notify") or ())
-        d["schedules"] = tuple(Schedule(**s) for s in d.get("schedules") or ())
+        d["schedules"] = tuple(schedule_from_spec(s) for s in d.get("schedules") or ())
         d["calendars"] = tuple(d.get("calendars") or ())
         d["labels"] = dict(d.get("labels") or {})
         return Job(**d)
@@ -189,6 +211,9 @@ class Job:
         for sched in [d["schedule"], *d.get("schedules", ())]:
             sched["start_at"] = ms_to_iso(clamp_accepted(sched.pop("start_at_ms")))
             sched["end_at"] = ms_to_iso(clamp_accepted(sched.pop("end_at_ms")))
+            if "every_s" in sched:  # as it was given: "90m", and the anchor as an instant
+                sched["every"] = every_text(sched.pop("every_s"))
+                sched["anchor"] = ms_to_iso(sched.pop("anchor_ms"))
         if "schedules" in d:
             del d["schedule"]  # a job with several shows them as it was given them
         d.setdefault("calendars", [])
@@ -218,14 +243,30 @@ def renderable(value: Any) -> Any:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule) if f.name != "name")
+# The one-time and interval fields: in a spec only when set (and `cron` only when it is one).
+_KIND_FIELDS = ("at", "every_s", "anchor_ms")
+_SCHEDULE_FIELDS = tuple(f.name for f in fields(Schedule)
+                         if f.name != "name" and f.name not in _KIND_FIELDS)
 
 
 def _schedule_spec(s: Schedule) -> dict[str, Any]:
     d = {name: getattr(s, name) for name in _SCHEDULE_FIELDS}
     if s.name is not None:
         d["name"] = s.name
+    if s.at:
+        del d["cron"]
+        d["at"] = list(s.at)
+    elif s.every_s is not None:
+        del d["cron"]
+        d["every_s"], d["anchor_ms"] = s.every_s, s.anchor_ms
     return d
+
+
+def schedule_from_spec(d: dict[str, Any]) -> Schedule:
+    """A schedule of a stored spec (its `at` a list there)."""
+    if "at" in d:
+        d = {**d, "at": tuple(d["at"])}
+    return Schedule(**d)
 
 
 def json_int(value: Any) -> int | None:
@@ -357,7 +398,8 @@ def parse_target(value: Any) -> dict[str, Any]:
 def parse_schedule(value: Any, job_id: str, where: str = "schedule",
                    listed: bool = False) -> Schedule:
     """One schedule; `where` is its field ("schedule", or "schedules.2" in a list, where
-    an entry may carry a `name`)."""
+    an entry may carry a `name`). A cron expression, `at` (one-time local times) or
+    `every` (an interval from its `anchor`): exactly one of them."""
     if isinstance(value, str):
         value = {"cron": value}
     if not isinstance(value, dict):
@@ -365,18 +407,40 @@ def parse_schedule(value: Any, job_id: str, where: str = "schedule",
     unknown = set(value) - (_LISTED_SCHEDULE_KEYS if listed else _SCHEDULE_KEYS)
     if unknown:
         raise ValidationError(f"{where}.{sorted(unknown)[0]}", "unknown field")
-    cron = value.get("cron")
-    if not isinstance(cron, str):
-        raise ValidationError(f"{where}.cron", "is required and must be a string")
+    kinds = [k for k in ("cron", "at", "every") if k in value]
+    if not kinds:
+        raise ValidationError(f"{where}.cron", "is required (or at, or every)")
+    if len(kinds) > 1:
+        raise ValidationError(f"{where}.{kinds[1]}", f"goes alone: give one of cron, at or "
+                              f"every, not {' and '.join(kinds)}")
+    if "anchor" in value and "every" not in value:
+        raise ValidationError(f"{where}.anchor", "goes with every")
     tz = value.get("timezone", "UTC")
     if not isinstance(tz, str):
         raise ValidationError(f"{where}.timezone", "must be an IANA time zone name")
     gap = value.get("dst_gap", "auto")
     fold = value.get("dst_fold", "auto")
+    cron, at, every_s, anchor_ms = "", (), None, None
     try:
-        compile_schedule(cron, tz, gap, fold, hash_key=job_id)
+        if "cron" in value:
+            cron = value["cron"]
+            if not isinstance(cron, str):
+                raise ValidationError(f"{where}.cron", "is required and must be a string")
+            compile_schedule(cron, tz, gap, fold, hash_key=job_id)
+        elif "at" in value:
+            at = parse_at(value["at"], f"{where}.at")
+            compile_once(at, tz, gap, fold, f"{where}.at")
+        else:
+            every_s = parse_every(value["every"], f"{where}.every")
+            anchor = value.get("anchor")
+            anchor_ms = 0 if anchor is None else parse_iso_ms(anchor, f"{where}.anchor")
+            if anchor_ms % 1000:
+                raise ValidationError(f"{where}.anchor", "must be a whole second")
+            compile_schedule("0 0 * * *", tz, gap, fold)  # the zone it is shown in
     except ScheduleError as e:
-        raise ValidationError(where + e.field.removeprefix("schedule"), e.message) from None
+        field = e.field if e.field.startswith(where) else \
+            where + e.field.removeprefix("schedule")
+        raise ValidationError(field, e.message) from None
     jitter = _int(value, "jitter_s", 0, 0, MAX_JITTER_S, f"{where}.")
     start = value.get("start_at")
     end = value.get("end_at")
@@ -387,7 +451,14 @@ def parse_schedule(value: Any, job_id: str, where: str = "schedule",
     name = value.get("name")
     if name is not None and (not isinstance(name, str) or not NAME_RE.fullmatch(name)):
         raise ValidationError(f"{where}.name", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms, name)
+    return Schedule(cron, tz, gap, fold, jitter or 0, start_ms, end_ms, name, at, every_s,
+                    anchor_ms)
+
+
+def compile_member(s: Schedule, hash_key: str) -> CronSchedule | OnceSchedule | IntervalSchedule:
+    """A schedule compiled to what answers its fire instants, whatever its kind."""
+    return compile_kind(s.cron, s.at, s.every_s, s.anchor_ms, s.timezone, s.dst_gap,
+                        s.dst_fold, hash_key=hash_key)
 
 
 def parse_schedules(value: Any, job_id: str) -> tuple[Schedule, ...]:

@@ -21,6 +21,7 @@ The levels, read from `git log`:
   the instant); the job fields `schedules`, `calendars`, `labels`, `concurrency_group`,
   `start_deadline_s`, `min_duration_s`, `max_duration_s` and `alert_after_failures`;
   the `who` of the job commands, and the history of edits apply records from them;
+  one-time (`at`) and interval (`every_s`, `anchor_ms`) schedules in a job spec;
   a run handed back before its instant stays due at its instant (apply); a sweep
   releases an unacknowledged lease of an earlier epoch at once (apply); `min_duration_s`
   counts from the later of a run's lease and its instant (apply), or from the start a
@@ -137,10 +138,19 @@ def _newest(reqs: list[Requirement]) -> Requirement | None:
     return max(reqs, key=lambda r: r.level, default=None)
 
 
+# A schedule of a job spec that is one-time (`at`) or an interval (`every_s`): an older
+# build's Schedule refuses those keys.
+SCHEDULE_KINDS = Requirement(2, "one-time and interval schedules", "schedule")
+
+
 def _job_requirements(spec: Any) -> list[Requirement]:
     if not isinstance(spec, dict):
         return []
-    return [req for key, req in JOB_FIELD_LEVELS.items() if key in spec]
+    reqs = [req for key, req in JOB_FIELD_LEVELS.items() if key in spec]
+    schedules = [spec.get("schedule"), *(spec.get("schedules") or ())]
+    if any(isinstance(s, dict) and ("at" in s or "every_s" in s) for s in schedules):
+        reqs.append(SCHEDULE_KINDS)
+    return reqs
 
 
 def required(cmd: c.Command) -> Requirement | None:

@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftcron.core.schedule import CronSchedule, compile_schedule
+from raftcron.core.one_time import IntervalSchedule, OnceSchedule, compile_kind
+from raftcron.core.schedule import CronSchedule
 
 # 9999-12-31T23:59:59Z: no fire instant lies after it (the schedule engine computes in
 # years up to 9999; asked for an instant after this second it would fail).
@@ -28,7 +29,7 @@ class Member:
     """One compiled schedule of a job, with its bounds (epoch ms) and its name."""
 
     name: str | None
-    schedule: CronSchedule
+    schedule: CronSchedule | OnceSchedule | IntervalSchedule
     start_at_ms: int | None
     end_at_ms: int | None
     jitter_s: int
@@ -134,9 +135,10 @@ class ScheduleSet:
 def _member(s: dict[str, Any], hash_key: str) -> Member:
     return Member(
         name=s.get("name"),
-        schedule=compile_schedule(s["cron"], s.get("timezone", "UTC"),
-                                  s.get("dst_gap", "auto"), s.get("dst_fold", "auto"),
-                                  hash_key=hash_key),
+        schedule=compile_kind(s.get("cron", ""), tuple(s.get("at") or ()), s.get("every_s"),
+                              s.get("anchor_ms"), s.get("timezone", "UTC"),
+                              s.get("dst_gap", "auto"), s.get("dst_fold", "auto"),
+                              hash_key=hash_key),
         start_at_ms=s.get("start_at_ms"),
         end_at_ms=s.get("end_at_ms"),
         jitter_s=s.get("jitter_s", 0) or 0,

@@ -308,12 +308,14 @@ def _finish_occurrence(ctx: ApplyContext, occ_id: str, status: str, now_ms: int,
 
 
 def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
-                  why: str) -> None:
-    """After an attempt ended badly: schedule the next attempt, or end the occurrence."""
+                  why: str, finished_ms: int | None = None) -> None:
+    """After an attempt ended badly: schedule the next attempt, or end the occurrence
+    (finished at `finished_ms`, the attempt's own finish, when its worker reported it)."""
+    ended_ms = now_ms if finished_ms is None else finished_ms
     conn = ctx.conn
     occ_id = att[A_OCC]
     if spec is None:
-        _finish_occurrence(ctx, occ_id, "cancelled", now_ms, "job deleted")
+        _finish_occurrence(ctx, occ_id, "cancelled", ended_ms, "job deleted")
         return
     number = att[A_NUM]
     if policy.should_retry(number, spec["max_attempts"]):
@@ -332,7 +334,7 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
             (number + 1, occ_id),
         )
         return
-    _finish_occurrence(ctx, occ_id, "failed", now_ms, why)
+    _finish_occurrence(ctx, occ_id, "failed", ended_ms, why)
     run_alerts.after_failure(ctx, att[A_JOB], occ_id, spec, now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
@@ -424,13 +426,13 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             (final, finished_ms, started_ms, exit_code, output, attempt_id),
         )
         if by_hand is not None:
-            end_cancelled(ctx, att[A_OCC], att[A_JOB], cmd.now_ms)
+            end_cancelled(ctx, att[A_OCC], att[A_JOB], finished_ms)
         elif final == "cancelled":
-            _finish_occurrence(ctx, att[A_OCC], "cancelled", cmd.now_ms, "replaced")
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", finished_ms, "replaced")
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
-            retry_or_fail(ctx, att, spec, cmd.now_ms, why)
+            retry_or_fail(ctx, att, spec, cmd.now_ms, why, finished_ms)
         results.append({"attempt_id": attempt_id, **ok(status=final, duplicate=False)})
     update_all(conn, "attempts", "status = 'succeeded'",
                ("finished_ms", "started_ms", "exit_code", "output"), done_attempts)

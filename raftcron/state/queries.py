@@ -91,7 +91,11 @@ ATT_SELECT = (
 def spec_to_api(spec: str, *, reveal_secrets: bool = False) -> dict[str, Any]:
     """A stored job spec (its JSON text) in the API's shape, secrets `***` unless
     `reveal_secrets`."""
-    out = Job.from_spec(json.loads(spec)).to_api()
+    return _job_api(Job.from_spec(json.loads(spec)), reveal_secrets)
+
+
+def _job_api(job: Job, reveal_secrets: bool) -> dict[str, Any]:
+    out = job.to_api()
     if not reveal_secrets:
         out["target"] = redact_target(out["target"])
     return out
@@ -99,11 +103,22 @@ def spec_to_api(spec: str, *, reveal_secrets: bool = False) -> dict[str, Any]:
 
 def job_to_api(row: tuple, *, reveal_secrets: bool = False) -> dict[str, Any]:
     """A job row as the API shows it. Its target's secrets (header values, URL
-    credentials) are `***` unless `reveal_secrets` (admin readers only)."""
-    out = spec_to_api(row[3], reveal_secrets=reveal_secrets)
+    credentials) are `***` unless `reveal_secrets` (admin readers only). `done`: its
+    schedules name no instant after its watermark (a one-time job that fired, a schedule
+    past its `end_at`): nothing more will be claimed; its history stays."""
+    job = Job.from_spec(json.loads(row[3]))
+    out = _job_api(job, reveal_secrets)
     out.update(version=row[2], paused=bool(row[4]), watermark=ms_to_iso(row[6]),
-               created_at=ms_to_iso(row[7]), updated_at=ms_to_iso(row[8]))
+               created_at=ms_to_iso(row[7]), updated_at=ms_to_iso(row[8]),
+               done=schedule_done(job, row[6]))
     return out
+
+
+def schedule_done(job: Job, watermark_ms: int | None) -> bool:
+    try:
+        return job.fire_times().next_after(watermark_ms or 0) is None
+    except ValueError:  # a stored schedule this build cannot compile: not known done
+        return False
 
 
 def occurrence_to_api(row: tuple) -> dict[str, Any]:

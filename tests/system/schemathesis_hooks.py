@@ -1,7 +1,8 @@
 """Schemathesis hooks of the conformance test (loaded through SCHEMATHESIS_HOOKS).
 
 - `format: cron` gets a strategy of valid expressions (every field in range, firing at
-  least once), as a client reading the format's description would write them.
+  least once), as a client reading the format's description would write them; so do
+  `local-date-time` (a one-time schedule's time) and `interval` (an interval's length).
 - Constraints between fields, which JSON Schema cannot state and /openapi.json names in
   descriptions, are kept by putting generated ranges in order before they are sent:
   `end_at` after `start_at` (of `schedule` and of each entry of `schedules`); a backfill
@@ -50,6 +51,18 @@ CRON = st.one_of(
         lambda f: " ".join(x for x in f if x is not None)),
 )
 schemathesis.openapi.format("cron", CRON)
+# A one-time schedule's local date-time (days up to 28: every month has them) and an
+# interval, as a client reading their descriptions would write them.
+LOCAL_DATE_TIME = st.tuples(st.integers(1971, 9998), st.integers(1, 12), st.integers(1, 28),
+                            st.integers(0, 23), st.integers(0, 59), st.integers(0, 59)).map(
+    lambda t: "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}".format(*t))
+schemathesis.openapi.format("local-date-time", LOCAL_DATE_TIME)
+INTERVAL = st.one_of(st.integers(1, 59).map(lambda n: f"{n}s"),
+                     st.integers(1, 1440).map(lambda n: f"{n}m"),
+                     st.tuples(st.integers(1, 23), st.integers(1, 59)).map(
+                         lambda t: f"{t[0]}h{t[1]}m"),
+                     st.integers(1, 366).map(lambda n: f"{n}d"))
+schemathesis.openapi.format("interval", INTERVAL)
 
 
 def _instant_ms(text: Any) -> int | None:

@@ -1,4 +1,8 @@
-"""Bearer tokens with scopes, kept hashed in a JSON file on each node.
+"""Bearer tokens with scopes, kept hashed in a JSON file on each node. It stands alone at
+the top of the package, in no layer, because two sides share the tokens file: the node's
+API checks tokens (`api.auth`), and the operator's CLI and the local cluster create and
+revoke them (`cli`, `ops.local`), in other processes. It imports nothing else of the
+package.
 
 Scopes:
 - `admin`: everything;

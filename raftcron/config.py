@@ -1,4 +1,8 @@
-"""Node configuration (TOML file, flags may override)."""
+"""Node configuration (TOML file, flags may override). It stands alone at the top of the
+package, in no layer, because the layers of a node (cluster, api, ops, the node itself)
+and the CLI all read it while it imports only `core`: inside one layer it would make the
+others depend on that layer. Deploy files import it by this path too (the Dockerfile's
+health check calls `raftcron.config.load_config`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Fencing tokens for a job's own datastore.
+"""Fencing tokens for a job's own datastore. This is the public client library for
+downstream stores: a job's own code imports it (`from raftcron.fencing import FencedStore`,
+or `fenced_write`), wherever the job writes from. It is no part of the node or the worker,
+so it stands alone at the top of the package, in no layer, and imports nothing else of
+raftcron.
 
 raftcron gives every lease a fencing token that is strictly greater than any token
 issued before it. A worker that stalls (GC pause, network partition) can lose its lease

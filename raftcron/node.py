@@ -1,4 +1,7 @@
-"""Composition root of one node: SQLite state, Raft, leader duties and the HTTP API.
+"""Composition root of one node: SQLite state, Raft, leader duties and the HTTP API. It
+stands alone at the top of the package, above every layer, because it is the one module
+that puts them all together (state, cluster, leader, api, and the node's parts in
+`raftcron.node_parts`); only the CLI's `node` command imports it.
 
 `Node` sets up the node's state and runs it; what it does is in its parts
 (`raftcron.node_parts`): its status, its peers, what an applied command wakes, and

@@ -1,4 +1,7 @@
-"""Files and directories only their owner can use, from the moment they exist.
+"""Files and directories only their owner can use, from the moment they exist. It stands
+alone at the top of the package, in no layer, because the node's side and the operator's
+make files the same way: `ops` (backups, the local cluster) and `cli` (deploy init,
+restore) both use it, and it imports nothing else of the package.
 
 The state database holds the cluster's webhook key and the target headers of every job,
 the Raft files hold the same, and backups, the cluster secret and tokens are secrets

@@ -1,4 +1,7 @@
-"""Public test helpers: a real local cluster of node processes on loopback ports."""
+"""Public test helpers: a real local cluster of node processes on loopback ports. It
+stands alone at the top of the package because it serves tests, not the running system:
+tests and benchmarks import it by this path (`from raftcron.testing import LocalCluster`),
+it builds on `ops.local` as the CLI does, and no module of the package imports it."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from types import FrameType
 
 import uvicorn
 
+from raftcron.api.app import create_app
 from raftcron.api.connection_guard import (
     ConnectionBudget,
     ConnectionLimits,
@@ -166,8 +167,6 @@ class Node(Leadership, AppliedHooks, PeerRefresh, NodeStatus):
         )
 
     async def serve(self) -> None:
-        from raftcron.api.app import create_app
-
         self.loop = asyncio.get_running_loop()
         self.proposer = Proposer(self.raft, self.loop)
         self.raft.on_tick(self._on_tick)

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from raftcron.api.cluster import cluster_tick
 from raftcron.core.ahead import REFUSAL_REASONS
 from raftcron.core.timefmt import parse_iso_ms
 from raftcron.state.backlog import queue_backlog
@@ -296,8 +297,6 @@ class StateCollector(Collector):
 
 
 async def metrics(request: Request) -> Response:
-    from raftcron.api.cluster import cluster_tick
-
     node: NodeView = request.app.state.ctx.node
     status = node.status()
     tick = await cluster_tick(request, status)

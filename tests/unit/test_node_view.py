@@ -6,8 +6,9 @@ import inspect
 import subprocess
 import sys
 
+from raftcron.api.metrics import NodeMetrics
 from raftcron.node import Node
-from raftcron.node_view import NodeView
+from raftcron.node_view import NodeMetricsView, NodeView
 
 
 def test_node_has_every_method_and_attribute_the_view_names() -> None:
@@ -26,3 +27,12 @@ def test_the_api_imports_without_the_node_module() -> None:
     code = ("import sys, raftcron.api.app, raftcron.ops.node_ops; "
             "sys.exit(1 if 'raftcron.node' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_node_metrics_have_what_the_metrics_view_names() -> None:
+    metrics = NodeMetrics()
+    for name in NodeMetricsView.__annotations__:
+        assert hasattr(metrics, name), name
+    for name, v in vars(NodeMetricsView).items():
+        if inspect.isfunction(v) and not name.startswith("_"):
+            assert callable(getattr(metrics, name, None)), name

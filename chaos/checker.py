@@ -50,6 +50,8 @@ COVERAGE_KINDS = (
     "timeout_after_commit", "dst_transitions", "schedule_edits", "backfills",
     "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
     "calendars", "several_schedules", "groups", "leased_ahead", "herd_leased_ahead",
+    "before_start_skips", "pause_in_fault", "cancel_in_fault", "delete_in_fault",
+    "membership_in_fault",
 )
 # A herd run leased earlier than this before its instant went by the herd path (the
 # ordinary dispatch ahead leases at most the default lease_ahead_s, 2 s, early).
@@ -535,6 +537,34 @@ def _occ_counts(nodes: dict[str, Any]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _in_windows(hist: list[dict[str, Any]], ops: list[dict[str, Any]],
+                windows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many pauses, cancels and deletes were acknowledged, and membership changes
+    begun, from inside a fault window (invoked after it began, before it stopped)."""
+    def inside(t: float | None) -> bool:
+        return t is not None and any(
+            w["start"] <= t and (w["stop"] is None or t <= w["stop"]) for w in windows)
+
+    out = defaultdict(int)
+    for op in ops:
+        if op["f"] in ("pause", "cancel", "delete") and \
+                (op.get("done") or {}).get("type") == "ok" and \
+                inside(op["invoke"].get("cluster_wall")):
+            out[op["f"]] += 1
+    out["membership"] = sum(1 for h in hist if h.get("process") == "membership"
+                            and h.get("type") == "invoke" and h.get("f") == "replace-node"
+                            and inside(h.get("cluster_wall")))
+    return out
+
+
+def _before_start_skips(node: dict[str, Any] | None, attempts: dict[str, Any] | None) -> int:
+    """Runs leased (ahead) and then skipped as `paused`: the check before the start saw a
+    pause that came after the lease."""
+    return sum(1 for o in (node or {}).get("occurrences", [])
+               if o.get("status") == "skipped" and o.get("reason") == "paused"
+               and any(a.get("leased_at") for a in (attempts or {}).get(o["id"]) or []))
+
+
 def _leased_ahead(node: dict[str, Any] | None, attempts: dict[str, Any] | None
                   ) -> list[tuple[str, float]]:
     """(job, seconds early) of every scheduled run leased before its instant."""
@@ -570,7 +600,14 @@ def _coverage(hist: list[dict[str, Any]], windows: list[dict[str, Any]],
             ok[op["f"]] += 1
     unknown = sum(1 for op in ops if (op.get("done") or {}).get("type") == "info")
     ahead = _leased_ahead(nodes.get(ref) if ref else None, attempts.get(ref) if ref else None)
+    in_fault = _in_windows(hist, ops, windows)
     return {
+        "before_start_skips": _before_start_skips(nodes.get(ref) if ref else None,
+                                                  attempts.get(ref) if ref else None),
+        "pause_in_fault": in_fault["pause"],
+        "cancel_in_fault": in_fault["cancel"],
+        "delete_in_fault": in_fault["delete"],
+        "membership_in_fault": in_fault["membership"],
         "leased_ahead": len(ahead),
         "herd_leased_ahead": sum(1 for job, early in ahead if job.startswith("herd-")
                                  and early > HERD_AHEAD_S),

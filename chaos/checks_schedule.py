@@ -3,7 +3,8 @@
 Nominal instants come from raftcron.core.schedule, compiled from the job version that
 was in force (creates and acknowledged edits in the history, the final job reads):
 
-- lost_instant: an instant with no occurrence on a node. Across an edit the checker knows
+- lost_instant: an instant with no occurrence on a node (up to the job's deletion, for a
+  job deleted mid-run). Across an edit the checker knows
   the versions on both sides (from the occurrences' `job_version`) and the edit's commit
   window (sent .. acknowledged): instants the live ticker claimed before the edit was sent
   belong to the old version, instants after its acknowledgement plus the claim lookahead to
@@ -165,6 +166,13 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
                and (op.get("done") or {}).get("type") == "ok"
                and checked_here(op["invoke"].get("spec") or {})}
     finished_at_end = _finished_at_end(nodes)
+    # A job deleted mid-run owes no instant after its deletion was first asked for.
+    deleted: dict[str, float] = {}
+    for op in ops:
+        if op["f"] == "delete" and op["invoke"].get("job"):
+            job = op["invoke"]["job"]
+            deleted[job] = min(deleted.get(job, op["invoke"]["cluster_wall"]),
+                               op["invoke"]["cluster_wall"])
     for nid, node in sorted(nodes.items()):
         # A node removed mid-run was read complete up to its cut-off, not to the run's end.
         end = node.get("checked_until") or window_end
@@ -178,7 +186,7 @@ def check_schedules(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]
             occs = sorted(by_job.get(job, []), key=lambda o: o["scheduled_for"])
             if not _versions_known(rep, nid, job, occs, vs):
                 continue
-            _check_lost(rep, nid, job, occs, vs, end, claims)
+            _check_lost(rep, nid, job, occs, vs, min(end, deleted.get(job, end)), claims)
             _check_policy(rep, nid, job, occs, policies.get(job, DEFAULTS))
         # Several schedules and calendars: their instants are checked by checks_calendar,
         # their misfire decisions here, like every other job's.

@@ -140,14 +140,12 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
               flush=True)
         time.sleep(5)
         backup_at = len(schedule) // 2  # one backup -> restore check, mid-run
-        # One membership change, a third into the faults: later faults (and the backup
-        # check) then hit the fresh node as well. Scheduled, not drawn: it always runs.
-        membership_at = len(schedule) // 3
+        # One membership change, about a third into the faults and inside a fault that
+        # leaves the nodes' quorum alone (a worker's): later faults (and the backup check)
+        # then hit the fresh node as well. Scheduled, not drawn: it always runs.
+        membership_at = membership_host(schedule)
+        delete_at = backup_at + 1  # the deletable job goes inside this fault window
         for i, p in enumerate(schedule):
-            if i == membership_at and not stop.is_set():
-                print(f"chaos: +{time.monotonic() - t0:6.1f}s membership: remove a follower, "
-                      "add a fresh node", flush=True)
-                replace_follower(procs, history, out)
             if i == backup_at and not stop.is_set():
                 print(f"chaos: +{time.monotonic() - t0:6.1f}s backup -> restore check",
                       flush=True)
@@ -164,7 +162,20 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
                 continue
             print(f"chaos: +{time.monotonic() - t0:6.1f}s {' + '.join(p.kinds())} "
                   f"({p.duration_s:.1f}s)", flush=True)
-            nemesis.run_planned(p, stop)
+            fault = threading.Thread(target=nemesis.run_planned, args=(p, stop),
+                                     name=f"fault-{p.kind}")
+            fault.start()
+            # Client operations inside the window: pause/resume, cancel, delete.
+            ops = threading.Thread(target=_window_ops, args=(driver, i, i == delete_at, stop),
+                                   name="window-ops", daemon=True)
+            ops.start()
+            if i == membership_at and not stop.is_set():
+                stop.wait(WINDOW_OPS_AFTER_S)
+                print(f"chaos: +{time.monotonic() - t0:6.1f}s membership inside {p.kind}: "
+                      "remove a follower, add a fresh node", flush=True)
+                replace_follower(procs, history, out)
+            fault.join()
+            ops.join(WINDOW_OPS_TIMEOUT_S)
             procs.wait_leader(20)
             stop.wait(p.gap_s)
         marker.close()  # before the final heal: the final barrier compares the end
@@ -210,6 +221,31 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         procs.stop_all()
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         history.close()
+
+
+# Faults that leave the nodes' quorum alone: a membership change runs inside one.
+MEMBERSHIP_HOSTS = ("worker-pause", "worker-crash", "ack-loss")
+WINDOW_OPS_AFTER_S = 1.0
+WINDOW_OPS_TIMEOUT_S = 30.0
+
+
+def membership_host(schedule: list[Any]) -> int:
+    """The fault the membership change runs inside: the first worker fault from a third
+    into the schedule on (else the last one before it; else, with none planned, a third
+    in)."""
+    third = len(schedule) // 3
+    hosts = [i for i, p in enumerate(schedule) if p.kind in MEMBERSHIP_HOSTS]
+    later = [i for i in hosts if i >= third]
+    return later[0] if later else (hosts[-1] if hosts else third)
+
+
+def _window_ops(driver: Driver, index: int, delete: bool, stop: threading.Event) -> None:
+    if stop.wait(WINDOW_OPS_AFTER_S):
+        return
+    try:
+        driver.window_ops(index, delete)
+    except Exception as e:  # the harness must survive anything a fault causes
+        driver.history.write("client", "note", "driver-error", error=repr(e))
 
 
 def _monitor(procs: Processes, history: History, stop: threading.Event) -> None:

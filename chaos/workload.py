@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -115,6 +116,27 @@ def job_specs() -> list[dict[str, Any]]:
          "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
         {"id": "dst-auto", "schedule": {"cron": "*/5 * 1 * * *", "timezone": ny},
          "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        *lifecycle_specs(),
+    ]
+
+
+# Jobs the driver pauses, cancels and deletes while faults run (Driver.window_ops): a
+# pause just before an instant skips a run leased ahead at its check before the start.
+PAUSABLE, CANCELLABLE, DELETABLE = "pausable-5s", "cancellable-slow", "deletable-1s"
+PAUSABLE_PERIOD_S = 5
+CANCELLABLE_SLEEP_S = 8
+
+
+def lifecycle_specs() -> list[dict[str, Any]]:
+    fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
+    return [
+        {"id": PAUSABLE, "schedule": {"cron": f"*/{PAUSABLE_PERIOD_S} * * * * *"},
+         "overlap_policy": "allow", "target": {"shell": effect_cmd()}, **fast},
+        {"id": CANCELLABLE, "schedule": {"cron": "*/10 * * * * *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd(CANCELLABLE_SLEEP_S)}, "heartbeat_timeout_s": 20,
+         "retry_backoff_s": 1, "max_attempts": 3},
+        {"id": DELETABLE, "schedule": {"cron": "* * * * * *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd()}, **fast},
     ]
 
 
@@ -350,6 +372,44 @@ class Driver:
         self.client.retried("edit", "PUT", f"/v1/jobs/{job}", body=spec,
                             headers={"Idempotency-Key": key, "If-Match": f'"{version}"'},
                             job=job, key=key, expected_version=version, cron=cron)
+
+    # --- inside fault windows (chaos/runner.py starts these as a fault begins) ------------
+
+    def window_ops(self, index: int, delete: bool) -> None:
+        """What a fault window gets besides the fault: a pause of `PAUSABLE` just before
+        one of its instants and a resume after it, a cancel of a running `CANCELLABLE`
+        run every other window, and (once) the deletion of `DELETABLE`."""
+        if delete:
+            self.delete_job(DELETABLE)
+        if index % 2 == 0:
+            self.cancel_running(CANCELLABLE)
+        self.pause_across_instant(PAUSABLE, PAUSABLE_PERIOD_S)
+
+    def pause_across_instant(self, job: str, period_s: int) -> None:
+        """Pause 0.6 s before the job's next instant (after its run was leased ahead,
+        before the worker's check before the start) and resume 1.5 s after it."""
+        now = self.cluster_now()
+        instant = (int(now) // period_s + 1) * period_s
+        if instant - now < 1.2:
+            instant += period_s
+        self.stop_event.wait(instant - 0.6 - self.cluster_now())
+        self.client.retried("pause", "POST", f"/v1/jobs/{job}/pause", job=job)
+        self.stop_event.wait(max(0.0, instant + 1.5 - self.cluster_now()))
+        self.client.retried("resume", "POST", f"/v1/jobs/{job}/resume", job=job)
+
+    def cancel_running(self, job: str) -> None:
+        type_, data, _ = self.client.request(
+            "read", "GET", f"/v1/occurrences?job_id={job}&status=running&limit=5", job=job)
+        running = (data or {}).get("occurrences") or [] if type_ == "ok" else []
+        if not running:
+            return
+        occ = running[0]["id"]
+        self.client.retried("cancel", "POST", f"/v1/occurrences/{quote(occ, safe='')}/cancel",
+                            body={"note": "chaos: cancelled inside a fault window"},
+                            job=job, occurrence=occ)
+
+    def delete_job(self, job: str) -> None:
+        self.client.retried("delete", "DELETE", f"/v1/jobs/{job}", job=job)
 
     def backfill(self, n: int) -> None:
         job = "backfill-5s"

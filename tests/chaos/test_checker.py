@@ -1011,3 +1011,45 @@ def test_runs_leased_ahead_and_by_the_herd_path_are_required_coverage() -> None:
     attempts[early["id"]][0]["leased_at"] = iso(ts_of(early) - 6.0)
     coverage = check_run(run, required_coverage=kinds)["stats"]["coverage"]
     assert (coverage["leased_ahead"], coverage["herd_leased_ahead"]) == (1, 1)
+
+
+LIFECYCLE_KINDS = ("pause_in_fault", "cancel_in_fault", "delete_in_fault",
+                   "membership_in_fault", "before_start_skips")
+
+
+def test_operations_inside_fault_windows_are_required_coverage() -> None:
+    """Issue 37, item 9: pause, cancel, delete and a membership change inside a fault
+    window, and a run skipped by the check before its start, are coverage kinds. The clean
+    run's kill-leader window is T0+12..T0+16; its membership change starts at T0+18."""
+    run = clean_run()
+    coverage = check_run(run, required_coverage=LIFECYCLE_KINDS)["stats"]["coverage"]
+    assert [coverage[k] for k in LIFECYCLE_KINDS] == [0, 0, 0, 0, 0]
+    run["history"] += hist_op(901, "pause", "ok", T0 + 13, job="j")
+    run["history"] += hist_op(902, "cancel", "ok", T0 + 14, job="j", occurrence="x@y")
+    run["history"] += hist_op(903, "delete", "fail", T0 + 14, job="j")  # refused: not counted
+    run["history"] += hist_op(904, "delete", "ok", T0 + 20, job="j")  # outside: not counted
+    for h in run["history"]:
+        if h.get("process") == "membership" and h.get("type") == "invoke":
+            h["cluster_wall"] = T0 + 15
+    skipped = run["final"]["nodes"]["n1"]["occurrences"][4]
+    skipped.update(status="skipped", reason="paused")
+    coverage = check_run(run, required_coverage=LIFECYCLE_KINDS)["stats"]["coverage"]
+    assert [coverage[k] for k in LIFECYCLE_KINDS] == [1, 1, 0, 1, 1]
+
+
+def test_a_deleted_job_owes_no_instant_after_its_deletion() -> None:
+    """A job deleted mid-run (chaos/workload.py deletes one inside a fault window) has no
+    instants after the delete: not lost. Before it, every instant is still required."""
+    run = clean_run()
+    for node in run["final"]["nodes"].values():
+        node["occurrences"] = [o for o in node["occurrences"]
+                               if o["kind"] != "scheduled" or ts_of(o) < T0 + 20]
+    run["sink"] = [s for s in run["sink"] if ts_of({"scheduled_for": s["scheduled_for"]})
+                   < T0 + 20 or "manual" in s["occurrence"]]
+    assert "lost_instant" in check(run)["violations"]
+    run["history"] += hist_op(905, "delete", "ok", T0 + 19.5, job="j")
+    assert "lost_instant" not in check(run)["violations"]
+    for node in run["final"]["nodes"].values():  # one instant before the delete lost
+        node["occurrences"] = [o for o in node["occurrences"]
+                               if o["kind"] != "scheduled" or ts_of(o) != T0 + 10]
+    assert "lost_instant" in check(run)["violations"]

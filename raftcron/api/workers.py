@@ -231,13 +231,22 @@ def _completion(item: Any, field: str) -> list[Any]:
     return parsed
 
 
-def _writable(completions: list[list[Any]], ctx: ApiContext) -> list[list[Any]]:
+def _started(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    started = json_int(value)
+    if started is None or not 0 <= started <= MAX_STARTED_MS:
+        raise ValidationError(field, f"must be an integer from 0 to {MAX_STARTED_MS}")
+    return started
+
+
+def _writable(items: list[list[Any]], ctx: ApiContext, fields: int = 5) -> list[list[Any]]:
     """The items as this cluster can commit them: a cluster below protocol level 2 (a
-    rolling upgrade) records the outcome without the reported start, rather than refuse
-    the outcome."""
+    rolling upgrade) records an outcome or a heartbeat without the reported start (its
+    first `fields` fields), rather than refuse it."""
     if ctx.writable_level() >= COMPLETION_TIMES.level:
-        return completions
-    return [item[:5] for item in completions]
+        return items
+    return [item[:fields] for item in items]
 
 
 def _token_queues(request: Request) -> list[str] | None:
@@ -289,6 +298,9 @@ async def heartbeats(request: Request) -> JSONResponse:
     body = _object(await json_body(request))
     worker_id = _worker_id(body)
     pairs = _pairs(body.get("attempts"), "attempts")
+    # A running run's start, recorded from the first beat that carries it on.
+    starts = [_started(item.get("started_ms"), f"attempts.{i}.started_ms")
+              for i, item in enumerate(body["attempts"])]
     before_start = body.get("before_start", False)
     if not isinstance(before_start, bool):
         raise ValidationError("before_start", "must be true or false")
@@ -297,7 +309,10 @@ async def heartbeats(request: Request) -> JSONResponse:
     if before_start:
         return JSONResponse({"results": await check_before_start(ctx, worker_id, pairs,
                                                                  queues)})
-    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id, pairs, queues))
+    items = [[*pair, start] if start is not None else pair
+             for pair, start in zip(pairs, starts, strict=True)]
+    result = await ctx.propose_raw(c.Heartbeat(ctx.stamp_ms(), worker_id,
+                                               _writable(items, ctx, 2), queues))
     return JSONResponse({"results": result["results"]})
 
 

@@ -26,7 +26,8 @@ The levels, read from `git log`:
   releases an unacknowledged lease of an earlier epoch at once (apply); `min_duration_s`
   counts from the later of a run's lease and its instant (apply), or from the start a
   worker reported: a completion item's sixth and seventh fields (the run's start and
-  duration, recorded as `started_ms` and `finished_ms`); the tenant quota
+  duration, recorded as `started_ms` and `finished_ms`) and a heartbeat item's third (a
+  running run's start); the tenant quota
   fields `PutTenant.max_schedules` and `max_pending_runs`, the defaults of the
   state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
   nothing for an instant the job already has waiting, running or done (apply). Level 2 is
@@ -132,6 +133,8 @@ JOB_FIELD_LEVELS: dict[str, Requirement] = {
 CLAIM_MATCHED = Requirement(2, "several schedules", "items")
 # A completion item with the run's reported start and duration (older builds take 5).
 COMPLETION_TIMES = Requirement(2, "recorded start times", "completions")
+# A heartbeat item with its running run's start (older builds take 2 fields).
+HEARTBEAT_START = Requirement(2, "recorded start times", "attempts")
 
 
 def _newest(reqs: list[Requirement]) -> Requirement | None:
@@ -186,6 +189,10 @@ def entry_required(cls: type[c.Command], args: dict[str, Any]) -> Requirement | 
         if any(isinstance(item, list) and len(item) > 5
                for item in args.get("completions") or ()):
             reqs.append(COMPLETION_TIMES)
+    elif cls is c.Heartbeat:
+        if any(isinstance(item, list) and len(item) > 2
+               for item in args.get("attempts") or ()):
+            reqs.append(HEARTBEAT_START)
     return _newest(reqs)
 
 

@@ -28,21 +28,22 @@ log = logging.getLogger("raftcron.run_bounds")
 KIND = "too_slow"
 PERIOD_S = 1.0
 # Running attempts only (att_running: a few hundred at most), joined to their job's bound.
-# A run's duration counts from its start: the later of its lease and its instant (a run
-# leased ahead starts at its instant).
+# A run's duration counts from its start: the one its worker reported (with its heartbeats),
+# else the later of its lease and its instant (a run leased ahead starts at its instant).
+RUN_START = "coalesce(a.started_ms, max(a.leased_ms, a.not_before_ms))"
 SLOW_SQL = (
-    "SELECT a.id, a.occurrence_id, a.job_id, max(a.leased_ms, a.not_before_ms), "
+    f"SELECT a.id, a.occurrence_id, a.job_id, {RUN_START}, "
     "o.scheduled_for_ms, json_extract(j.spec, '$.max_duration_s') "
     "FROM attempts a INDEXED BY att_running JOIN jobs j ON j.id = a.job_id "
     "JOIN occurrences o ON o.id = a.occurrence_id "
     "WHERE a.status = 'running' AND json_extract(j.spec, '$.max_duration_s') IS NOT NULL "
-    "AND max(a.leased_ms, a.not_before_ms) + json_extract(j.spec, '$.max_duration_s') * 1000 "
+    f"AND {RUN_START} + json_extract(j.spec, '$.max_duration_s') * 1000 "
     "<= ? AND NOT EXISTS (SELECT 1 FROM alerts x WHERE x.id = 'too_slow:' || a.id) "
     "ORDER BY a.id LIMIT 200"
 )
 OPEN_SQL = (
     "SELECT a.id, a.kind, j.id IS NOT NULL, t.status, t.finished_ms, "
-    "max(t.leased_ms, t.not_before_ms) FROM alerts a "
+    "coalesce(t.started_ms, max(t.leased_ms, t.not_before_ms)) FROM alerts a "
     "LEFT JOIN jobs j ON j.id = a.job_id "
     "LEFT JOIN attempts t ON a.kind = 'too_slow' AND t.id = substr(a.id, 10) "
     "WHERE a.status = 'open' AND a.kind IN ('too_slow', 'too_fast', 'failures') "

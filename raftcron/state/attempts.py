@@ -16,17 +16,17 @@ from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
 from raftcron.state.groups import GroupLimiter
-from raftcron.state.one_step import select_all, update_all
+from raftcron.state.one_step import rows_param, rows_table, select_all, update_all
 from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
 
 ATT_COLS = (
     "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
     "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue, "
-    "ack_deadline_ms"
+    "ack_deadline_ms, started_ms"
 )
 N_ATT_COLS = len(ATT_COLS.split(","))
 (A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
- A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE) = range(N_ATT_COLS)
+ A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE, A_STARTED) = range(N_ATT_COLS)
 
 NOT_ACKNOWLEDGED = "not acknowledged"
 
@@ -206,7 +206,9 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
     results = []
     found = _load_many(conn, [item[0] for item in cmd.attempts])
     extended: list[tuple] = []
-    for attempt_id, token in cmd.attempts:
+    started: list[tuple] = []
+    for item in cmd.attempts:
+        attempt_id, token = item[:2]
         att = found.get(attempt_id)
         verdict = heartbeat_verdict(att, token, cmd.worker_id, cmd.queues)
         if verdict is not None:
@@ -221,12 +223,18 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
         window = att[A_EXPIRES] - att[A_HB]
         beat, expires = max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES])
         extended.append((attempt_id, beat, expires))
+        if len(item) > 2 and item[2] is not None:  # its run started (never before its instant)
+            started.append((attempt_id, max(int(item[2]), att[A_NOT_BEFORE])))
         # A repeat of this attempt later in the same command sees it extended.
         found[attempt_id] = (*att[:A_HB], beat, expires, *att[A_EXPIRES + 1:A_ACK_DEADLINE],
-                             None)
+                             None, att[A_STARTED])
         results.append({"attempt_id": attempt_id, **ok(cancel=bool(att[A_CANCEL]))})
     update_all(conn, "attempts", "acked_ms = coalesce(acked_ms, ?), ack_deadline_ms = NULL",
                ("heartbeat_ms", "lease_expires_ms"), extended, leading=(cmd.now_ms,))
+    if started:  # the first report of a start stands (one SQLite step for the batch)
+        conn.execute(f"UPDATE attempts SET started_ms = u.started_ms FROM "
+                     f"{rows_table(['id', 'started_ms'])} AS u WHERE attempts.id = u.id "
+                     "AND attempts.started_ms IS NULL", (rows_param(started),))
     return ok(results=results)
 
 
@@ -414,7 +422,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
             final = "timed_out"
         # A repeat of this attempt later in the same command must see it as ended.
         found[attempt_id] = (*att[:A_STATUS], final, *att[A_STATUS + 1 : A_EXIT], exit_code)
-        started_ms, finished_ms = reported_times(item, att[A_NOT_BEFORE], cmd.now_ms)
+        started_ms, finished_ms = reported_times(item, att[A_NOT_BEFORE], cmd.now_ms,
+                                                 att[A_STARTED])
         if final == "succeeded":
             done_attempts.append((attempt_id, finished_ms, started_ms, exit_code, output))
             done_occurrences.append((att[A_OCC], finished_ms))
@@ -445,8 +454,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     return ok(results=results)
 
 
-def reported_times(item: list[Any], not_before_ms: int, now_ms: int
-                   ) -> tuple[int | None, int]:
+def reported_times(item: list[Any], not_before_ms: int, now_ms: int,
+                   recorded_start: int | None = None) -> tuple[int | None, int]:
     """(started_ms, finished_ms) of a completion item.
 
     A worker that reports when it started the job's process and how long it ran (items
@@ -454,11 +463,13 @@ def reported_times(item: list[Any], not_before_ms: int, now_ms: int
     on the cluster's clock as the worker measured it, raised to the attempt's not-before
     instant (a start is never recorded before its instant: the worker waits for it, so a
     report before it is the offset measurement's error), and the finish that start plus
-    the duration. Without a report the start is unknown (NULL) and the finish is the
-    command's stamp, as before."""
+    the duration. A start a heartbeat recorded while it ran (`recorded_start`) stands.
+    Without a report the start is unknown (NULL) and the finish is the command's stamp, as
+    before."""
     if len(item) < 7 or item[5] is None or item[6] is None:
-        return None, now_ms
-    started = max(int(item[5]), not_before_ms)
+        return recorded_start, now_ms if recorded_start is None else max(now_ms,
+                                                                          recorded_start)
+    started = max(int(item[5]), not_before_ms) if recorded_start is None else recorded_start
     return started, started + max(0, int(item[6]))
 
 

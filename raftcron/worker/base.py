@@ -38,6 +38,9 @@ class HeldRun:
     task: asyncio.Task[None] | None = None
     lost: str | None = None
     """Set when the server said the lease is gone; such a run is never reported."""
+    started_ms: int | None = None
+    """When its process started, on the cluster's clock: sent with the heartbeats while
+    it runs (the record shows it running from then), and with its completion."""
 
 
 class WorkerBase:

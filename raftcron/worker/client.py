@@ -268,12 +268,15 @@ class WorkerClient:
 
     async def heartbeat(
         self, worker_id: str, leases: list[Lease], *, timeout_s: float | None = None,
-        before_start: bool = False,
+        before_start: bool = False, started: dict[str, int] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """Batched heartbeat; returns each attempt's result keyed by attempt id.
-        `before_start`: the check just before the instant of runs leased ahead."""
-        body: dict[str, Any] = {"worker_id": worker_id,
-                                "attempts": [lease.ref() for lease in leases]}
+        `before_start`: the check just before the instant of runs leased ahead. `started`:
+        attempt id -> when its run started (ms, the cluster's clock), for those running."""
+        started = started or {}
+        body: dict[str, Any] = {"worker_id": worker_id, "attempts": [
+            {**lease.ref(), **({"started_ms": started[lease.attempt_id]}
+                               if lease.attempt_id in started else {})} for lease in leases]}
         if before_start:
             body["before_start"] = True
         data = await self.post("/v1/heartbeats", body, timeout_s=timeout_s)

@@ -54,7 +54,7 @@ class RunExecutor(WorkerBase):
     async def _run(self, run: HeldRun) -> None:
         lease = run.lease
         began = asyncio.get_running_loop().time()
-        started_ms = self.clock.cluster_now_ms()
+        started_ms = run.started_ms = self.clock.cluster_now_ms()
         try:
             try:
                 account = {"run_as": self._run_as} if self._run_as is not None else {}

@@ -47,8 +47,9 @@ class Heartbeats(RunExecutor):
             timeout = max(1.0, min(self.options.request_timeout_s, interval))
             try:
                 results = await self.client.heartbeat(
-                    self.worker_id, [r.lease for r in runs], timeout_s=timeout
-                )
+                    self.worker_id, [r.lease for r in runs], timeout_s=timeout,
+                    started={r.lease.attempt_id: r.started_ms for r in runs
+                             if r.started_ms is not None})
             except ServerUnavailable as e:
                 retry_in = min(backoff.next(e.retry_after), interval)
                 log.warning("heartbeat for %d run(s) failed (%s); retrying in %.1fs",

@@ -124,3 +124,53 @@ def test_the_reported_times_need_level_2_and_old_items_need_nothing() -> None:
     assert protocol.unmet(with_times, 1) == protocol.COMPLETION_TIMES
     assert protocol.unmet(with_times, 2) is None
     assert protocol.unmet(without, 1) is None
+
+
+def beat(node: Node, lease: dict, stamp: int, started: int | None = None) -> dict:
+    item = [lease["attempt_id"], lease["fencing_token"]]
+    result = node.apply(c.Heartbeat(stamp, "w1", [item if started is None
+                                                  else [*item, started]]))
+    assert result["ok"] and result["results"][0]["ok"], result
+    return result
+
+
+def test_a_heartbeat_records_a_running_runs_start_and_the_completion_keeps_it(
+        node: Node) -> None:
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at - 900)
+    beat(node, lease, at - 500)  # waiting for its instant: no start yet
+    assert shown(node, lease["attempt_id"])["started_at"] is None
+    beat(node, lease, at + 400, at - 3)  # started; reported 3 ms before: the instant
+    running = shown(node, lease["attempt_id"])
+    assert running["started_at"].endswith(":00Z") or running["started_at"].endswith(".000Z")
+    assert running["duration_s"] is None and running["status"] == "running"
+    beat(node, lease, at + 900, at + 50)  # a later report does not move it
+    assert node.one("SELECT started_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (at,)
+    complete(node, lease, at + 1200, at + 50, 700)
+    assert node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (at, at + 700)
+
+
+def test_too_slow_counts_from_the_reported_start(node: Node) -> None:
+    """max_duration_s: a run leased at its instant whose worker reports it started 20 s
+    later (its slots were busy) is not too slow 25 s after the instant with a bound of
+    10 s, as it would be counted from the lease; 31 s after, it is."""
+    from raftcron.leader.run_bounds import RunBounds
+    from tests.integration.test_run_alerts import plan
+
+    node.create("j", now=T0, max_duration_s=10)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    beat(node, lease, at + 21 * SEC, at + 20 * SEC)
+    bounds = RunBounds(node.epoch, None, None)  # type: ignore[arg-type]
+    assert plan(node, bounds, at + 25 * SEC) == []
+    [raised] = plan(node, bounds, at + 31 * SEC)
+    assert raised.alert_id == f"too_slow:{lease['attempt_id']}"  # type: ignore[attr-defined]
+
+
+def test_heartbeat_starts_need_level_2() -> None:
+    cmd = c.Heartbeat(1, "w", [["a", 1, 5]])
+    assert protocol.unmet(cmd, 1) == protocol.HEARTBEAT_START
+    assert protocol.unmet(c.Heartbeat(1, "w", [["a", 1]]), 1) is None

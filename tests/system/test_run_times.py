@@ -101,3 +101,33 @@ def test_run_show_and_job_runs_print_the_recorded_times(tmp_path: Path) -> None:
         assert "instant (UTC)" in header and "instant (Europe/Berlin)" in header
         assert header.count("instant (UTC)") == 1 and "started (UTC)" in header
         assert att["started_at"] in runs.stdout
+
+
+def test_a_running_runs_start_is_recorded_before_it_ends(tmp_path: Path) -> None:
+    """The worker reports a run's start with its heartbeats: `started_at` shows while the
+    run goes on, and the completion keeps that start."""
+    with serving_cluster(tmp_path / "c") as c:
+        c.start_worker("w1", concurrency=2)
+        add_job(c, c.leader() or "n1", "long", cron="*/10 * * * * *",
+                heartbeat_timeout_s=3, target={"shell": "date +%s.%N; sleep 4"})
+
+        def running_with_start() -> tuple[dict, dict] | None:
+            for occ in c.occurrences(c.leader() or "n1", "long", status="running"):
+                for att in c.get(c.leader() or "n1",
+                                 f"/v1/occurrences/{occ['id']}")["attempt_list"]:
+                    if att["status"] == "running" and att["started_at"]:
+                        return occ, att
+            return None
+
+        occ, running = wait_until(running_with_start, 40,
+                                  message="a running attempt with its start recorded")
+        assert running["duration_s"] is None
+        assert iso_s(running["started_at"]) >= iso_s(occ["scheduled_for"])
+        done = wait_until(lambda: next((a for a in c.get(
+            c.leader() or "n1", f"/v1/occurrences/{occ['id']}")["attempt_list"]
+            if a["id"] == running["id"] and a["status"] == "succeeded"), None), 30,
+            message="the run to end")
+        assert done["started_at"] == running["started_at"]
+        own = float(done["output"].split()[0])
+        assert abs(iso_s(done["started_at"]) - own) <= START_TOLERANCE_S
+        assert abs(done["duration_s"] - 4) <= 0.3

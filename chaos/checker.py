@@ -381,6 +381,8 @@ def _check_dst(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
 
 
 def _check_acks(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    # A job the run deleted (or tried to: the answer may be lost) may be gone at the end.
+    deleted = {op["invoke"].get("job") for op in ops if op["f"] == "delete"}
     for nid, node in nodes.items():
         if node.get("occurrences_incomplete") or not node.get("cluster"):
             rep.notes.append(f"{nid}: final read incomplete; acknowledged writes not checked")
@@ -393,6 +395,8 @@ def _check_acks(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]]) -
             if not done or done["type"] != "ok" or (until and done["cluster_wall"] > until):
                 continue
             inv, resp = op["invoke"], done.get("response") or {}
+            if op["f"] in ("create", "edit") and inv["job"] in deleted:
+                continue
             if op["f"] == "create" and inv["job"] not in jobs:
                 rep.add("lost_ack", node=nid, op="create", job=inv["job"], op_id=inv["op"])
             elif op["f"] == "edit":

@@ -30,7 +30,8 @@ The levels, read from `git log`:
   running run's start); the tenant quota
   fields `PutTenant.max_schedules` and `max_pending_runs`, the defaults of the
   state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
-  nothing for an instant the job already has waiting, running or done (apply). Level 2 is
+  nothing for an instant the job already has waiting, running or done (apply); a run
+  stopped because its job was deleted ends `job deleted`, not `replaced` (apply). Level 2 is
   not released yet, so these apply rules joined it rather than making a level 3: two
   builds from before and after one of them, mixed in one cluster, could disagree on it.
 
@@ -115,6 +116,10 @@ TENANT_QUOTAS_LEVEL = 2
 # key) alone, so every new key made every instant again, and the states must agree
 # until then.
 BACKFILL_BY_INSTANT_LEVEL = 2
+# From this level on, a running run stopped because its job was deleted ends `cancelled`
+# with reason `job deleted`, like the deleted job's waiting runs (state.attempts); a
+# level-1 build says `replaced`, and the states must agree until then.
+KILLED_REASON_LEVEL = 2
 
 # Optional fields of a job spec (PutJob.job, CreateJobs.jobs): an older build's Job refuses
 # any key it does not know.

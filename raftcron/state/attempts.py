@@ -8,7 +8,11 @@ from typing import Any
 from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
-from raftcron.core.protocol import RELEASE_KEEPS_INSTANT_LEVEL, RELEASE_PREVIOUS_EPOCH_LEVEL
+from raftcron.core.protocol import (
+    KILLED_REASON_LEVEL,
+    RELEASE_KEEPS_INSTANT_LEVEL,
+    RELEASE_PREVIOUS_EPOCH_LEVEL,
+)
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
 from raftcron.state.cancellation import cancelled_by, end_cancelled
@@ -437,7 +441,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
         if by_hand is not None:
             end_cancelled(ctx, att[A_OCC], att[A_JOB], finished_ms)
         elif final == "cancelled":
-            _finish_occurrence(ctx, att[A_OCC], "cancelled", finished_ms, "replaced")
+            _finish_occurrence(ctx, att[A_OCC], "cancelled", finished_ms,
+                               _why_killed(conn, att[A_JOB], specs))
         else:
             spec = _job_spec(conn, att[A_JOB], specs)
             why = "max runtime exceeded" if final == "timed_out" else f"exit code {exit_code}"
@@ -452,6 +457,15 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
                                      zip(done_attempts, done_occurrences, strict=True)],
                                cmd.now_ms, lambda job_id: _job_spec(conn, job_id, specs))
     return ok(results=results)
+
+
+def _why_killed(conn: sqlite3.Connection, job_id: str, specs: dict[str, Any]) -> str:
+    """Why a run the cluster asked to stop (no person cancelled it) ended `cancelled`: its
+    job was deleted, or a `replace` policy's next run replaced it. A level-1 build says
+    `replaced` for both, and the states must agree until the cluster is at level 2."""
+    if committed_level(conn) >= KILLED_REASON_LEVEL and _job_spec(conn, job_id, specs) is None:
+        return "job deleted"
+    return "replaced"
 
 
 def reported_times(item: list[Any], not_before_ms: int, now_ms: int,

@@ -1053,3 +1053,12 @@ def test_a_deleted_job_owes_no_instant_after_its_deletion() -> None:
         node["occurrences"] = [o for o in node["occurrences"]
                                if o["kind"] != "scheduled" or ts_of(o) != T0 + 10]
     assert "lost_instant" in check(run)["violations"]
+
+
+def test_a_job_the_run_deleted_is_no_lost_acknowledgement() -> None:
+    run = clean_run()
+    for node in run["final"]["nodes"].values():
+        node["jobs"] = []
+    assert "lost_ack" in check(run)["violations"]
+    run["history"] += hist_op(906, "delete", "info", END - 1, job="j")  # answer lost
+    assert "lost_ack" not in check(run)["violations"]

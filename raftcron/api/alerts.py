@@ -137,7 +137,7 @@ def _alert_id(request: Request) -> str:
 async def read_note(request: Request) -> str:
     """The body `{"note": ...}` of an action a person takes (an alert's ack or resolve, a
     run's cancel): a non-empty reason, at most MAX_NOTE characters."""
-    body = await json_body(request)  # its schema (openapi.NOTE) is checked there
+    body = await json_body(request)  # its schema (schemas.NOTE) is checked there
     return body["note"]
 
 

@@ -139,7 +139,7 @@ def parse_selector(body: Any) -> tuple[dict[str, Any], str]:
         if not isinstance(value, str) or not NAME_RE.fullmatch(value):
             raise ValidationError(key, "must be 1-64 characters of A-Z a-z 0-9 . _ -")
         selector = {key: value}
-    return selector, body["note"]  # the note's schema (openapi.NOTE) was checked
+    return selector, body["note"]  # the note's schema (schemas.NOTE) was checked
 
 
 async def _bulk(request: Request, paused: bool) -> JSONResponse:

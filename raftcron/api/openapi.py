@@ -1,14 +1,14 @@
 """The OpenAPI description served at /openapi.json.
 
-Request schemas are built from the constants the validators use (core/model.py and the
-api modules): a bound moved there moves here. What JSON Schema cannot state is named by a
-`format` and said in a description: a cron expression that fires at all (`format: cron`,
-checked by core/schedule.py), `end_at` after `start_at`, a backfill range of at most ten
-years, the duration bounds' order (`min_duration_s` at most `max_duration_s`, both below
-`max_runtime_s`). tests/integration/test_api_schema_agreement.py proves, field by field, that a
-value this schema allows is accepted and one it refuses is refused with a 400 naming the
-field; tests/system/test_api_contract.py runs schemathesis with every check against a
-real node.
+Request schemas (api/schemas.py) are built from the constants the validators use
+(core/model.py and the api modules): a bound moved there moves here. What JSON Schema
+cannot state is named by a `format` and said in a description: a cron expression that
+fires at all (`format: cron`, checked by core/schedule.py), `end_at` after `start_at`, a
+backfill range of at most ten years, the duration bounds' order (`min_duration_s` at most
+`max_duration_s`, both below `max_runtime_s`).
+tests/integration/test_api_schema_agreement.py proves, field by field, that a value this
+schema allows is accepted and one it refuses is refused with a 400 naming the field;
+tests/system/test_api_contract.py runs schemathesis with every check against a real node.
 
 Every status code and content type the server sends is listed per operation: 400 where
 the request has parameters or a body, 401/403 for tokens (except the open health routes),
@@ -18,9 +18,6 @@ leader's long poll), with `Retry-After`.
 
 from __future__ import annotations
 
-import functools
-import re
-import zoneinfo
 from typing import Any
 
 from raftcron.api import (
@@ -33,16 +30,38 @@ from raftcron.api import (
     occurrences,
     outbox,
     status,
-    tenants,
     workers,
 )
-from raftcron.api.context import CONSISTENT_VALUES
+from raftcron.api.schemas import (
+    ATTEMPT_ID,
+    BULK_PAUSE,
+    CALENDAR_INPUT,
+    COMPLETIONS,
+    CONSISTENT,
+    CRON,
+    FENCING_TOKEN,
+    HEARTBEATS,
+    INSTANT,
+    INSTANT_TO_9998,
+    JOB_ID,
+    JOB_INPUT,
+    JOB_REPLACE,
+    LABEL_VALUE,
+    LEASES,
+    LIMIT,
+    NAME,
+    NOTE_BODY,
+    OUTCOME_FIELDS,
+    OUTCOME_TIMES,
+    PAIRS,
+    TENANT_INPUT,
+    TIMEZONE,
+    WORKER_ID,
+    accepted_zones,
+    anchored,
+)
 from raftcron.cluster import membership
-from raftcron.core import calendar, model, one_time
-from raftcron.core.ahead import REFUSAL_REASONS
-from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
-from raftcron.core.secrets import SECRET_NAME_RE
-from raftcron.core.tenant_policy import MAX_PATTERNS, TARGET_KINDS
+from raftcron.core import model
 from raftcron.state.digest_marks import DEFAULT_CAPACITY, MARK_PATTERN
 
 JSON = "application/json"
@@ -73,337 +92,6 @@ DESCRIPTIONS = {
 }
 
 
-def _anchored(rx: re.Pattern[str]) -> str:
-    """A validator's regex as a schema pattern (both anchors, as `fullmatch` reads it)."""
-    text = rx.pattern.removeprefix("^").removesuffix("$")
-    return f"^{text}$"
-
-
-def _any_case(words: list[str]) -> str:
-    """A pattern matching exactly these words in any letter case."""
-    def one(word: str) -> str:
-        return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c)
-                       for c in word)
-    return "^(" + "|".join(one(w) for w in words) + ")$"
-
-
-# --- shared value schemas ------------------------------------------------------------------
-
-JOB_ID = {"type": "string", "pattern": _anchored(model.JOB_ID_RE)}
-NAME = {"type": "string", "pattern": _anchored(model.NAME_RE)}
-LABEL_VALUE = {"type": "string", "pattern": _anchored(model.LABEL_VALUE_RE)}
-# An instant between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z (in UTC) with an
-# offset or Z; the pattern states the year range and the offset, the rest is date-time.
-_AFTER_THE_YEAR = r"-[0-9]{2}-[0-9]{2}[Tt ][0-9:.]+([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-INSTANT = {"type": "string", "format": "date-time", "maxLength": 64,
-           "pattern": r"^(19[7-9][0-9]|[2-9][0-9]{3})" + _AFTER_THE_YEAR,
-           "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z to "
-                          "9999-12-31T23:59:59.999Z in UTC; no leap second"}
-# `after` of the job page: up to 9998-12-31T23:59:59Z (its fire times stay in 9999).
-INSTANT_TO_9998 = {**INSTANT, "pattern": r"^(19[7-9][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|"
-                                         r"99[0-8][0-9]|999[0-8])" + _AFTER_THE_YEAR,
-                   "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z "
-                                  "to 9998-12-31T23:59:59Z in UTC"}
-HTTP_URL = {"type": "string", "maxLength": model.MAX_URL_LEN,
-            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\[\]\s]+([/?#][\s\S]*)?$"}
-SECRET_REF = {"type": "object", "required": ["secret"], "additionalProperties": False,
-              "properties": {"secret": {"type": "string",
-                                        "pattern": _anchored(SECRET_NAME_RE)}},
-              "description": "a secret held by the worker (its secrets file), by name"}
-CRON = {
-    # The format says it all (an empty string is no cron expression either); a pattern or
-    # length bounds beside it would make generators draw from those instead of the format.
-    "type": "string", "format": "cron",
-    "description": f"at most {MAX_CRON_LENGTH} characters: 5 fields (minute hour "
-                   "day-of-month month day-of-week), or 6 with "
-                   "seconds first; `H` hashes per job; macros such as @daily and @hourly. "
-                   "It must fire at least once.",
-}
-
-
-@functools.cache
-def accepted_zones() -> list[str]:
-    """The zone names of the tz database that the schedule validator accepts (it refuses
-    host-dependent ones such as `localtime`): the `timezone` enum, asked of the validator."""
-    def accepted(zone: str) -> bool:
-        try:
-            compile_schedule("0 0 * * *", zone)
-        except ScheduleError:
-            return False
-        return True
-    return sorted(z for z in zoneinfo.available_timezones() if accepted(z))
-
-
-TIMEZONE = {"$ref": "#/components/schemas/TimeZone"}
-
-SCHEDULE_COMMON: dict[str, Any] = {
-    "timezone": TIMEZONE,
-    "dst_gap": {"enum": ["auto", "shift", "skip"]},
-    "dst_fold": {"enum": ["auto", "once", "both"]},
-    "jitter_s": {"type": "integer", "minimum": 0, "maximum": model.MAX_JITTER_S},
-    "start_at": {"anyOf": [INSTANT, {"type": "null"}]},
-    "end_at": {"anyOf": [INSTANT, {"type": "null"}],
-               "description": "after start_at when both are set"},
-}
-# One local date-time of a one-time schedule. The format says it all (a pattern beside it
-# would make generators draw from it instead), as for `cron`.
-LOCAL_DATE_TIME = {
-    "type": "string", "format": "local-date-time",
-    "description": "YYYY-MM-DDTHH:MM[:SS] in the schedule's zone (its dst_gap and dst_fold "
-                   "rules apply), or with an offset or Z (that instant); between 1970 and "
-                   "the end of 9999 in UTC, and not in a DST gap when dst_gap is skip"}
-EVERY = {"anyOf": [
-    {"type": "string", "format": "interval",
-     "description": "a duration such as 45s, 90m, 1h30m, 2d or 1w (each unit once, largest "
-                    "first), from 1 s to 366 days"},
-    {"type": "integer", "minimum": one_time.MIN_EVERY_S, "maximum": one_time.MAX_EVERY_S,
-     "description": "seconds"}]}
-WHOLE_SECOND_INSTANT = {**INSTANT, "pattern": INSTANT["pattern"].replace("[0-9:.]+", "[0-9:]+"),
-                        "description": "ISO 8601 with Z or an offset, to the whole second"}
-CRON_SCHEDULE: dict[str, Any] = {
-    "type": "object", "required": ["cron"], "additionalProperties": False,
-    "properties": {"cron": CRON, **SCHEDULE_COMMON},
-}
-ONCE_SCHEDULE: dict[str, Any] = {
-    "type": "object", "required": ["at"], "additionalProperties": False,
-    "description": "one-time: fires at each of its times once, and the job then shows done",
-    "properties": {"at": {"anyOf": [LOCAL_DATE_TIME, {
-        "type": "array", "minItems": 1, "maxItems": one_time.MAX_AT,
-        "items": LOCAL_DATE_TIME}]}, **SCHEDULE_COMMON},
-}
-EVERY_SCHEDULE: dict[str, Any] = {
-    "type": "object", "required": ["every"], "additionalProperties": False,
-    "description": "an interval: the instants anchor + k x every (absolute: DST does not "
-                   "move them; the zone is the one the job is shown in)",
-    "properties": {"every": EVERY, "anchor": {**WHOLE_SECOND_INSTANT, "description": (
-        "the phase: one instant of the series (default 1970-01-01T00:00:00Z)")},
-        **SCHEDULE_COMMON},
-}
-SCHEDULE_OBJECT: dict[str, Any] = {"oneOf": [CRON_SCHEDULE, ONCE_SCHEDULE, EVERY_SCHEDULE]}
-SHELL_TARGET = {"type": "object", "required": ["shell"], "additionalProperties": False,
-                "properties": {"shell": {
-                    "type": "string", "minLength": 1, "maxLength": model.MAX_SHELL_LEN,
-                    "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$",
-                    "description": "a command line, run by /bin/sh on the worker"}}}
-HTTP_TARGET = {"type": "object", "required": ["http"], "additionalProperties": False,
-               "properties": {"http": {
-                   "type": "object", "required": ["url"], "additionalProperties": False,
-                   "properties": {
-                       "url": HTTP_URL,
-                       "method": {"type": "string", "pattern": _any_case(
-                           list(model.HTTP_METHODS)), "description": "default POST"},
-                       "headers": {"type": ["object", "null"],
-                                   "maxProperties": model.MAX_HEADERS,
-                                   "propertyNames": {
-                                       "maxLength": model.MAX_HEADER_NAME_LEN,
-                                       "pattern": _anchored(model.HEADER_NAME_RE)},
-                                   "additionalProperties": {"anyOf": [
-                                       {"type": "string",
-                                        "maxLength": model.MAX_HEADER_VALUE_LEN,
-                                        "pattern": _anchored(model.HEADER_VALUE_RE)},
-                                       SECRET_REF]}},
-                       "body": {"anyOf": [{"type": "string", "maxLength": model.MAX_BODY_LEN},
-                                          SECRET_REF, {"type": "null"}]},
-                   }}}}
-
-
-def _int_field(default: int | None, lo: int, hi: int) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "integer" if default is not None else ["integer", "null"],
-                              "minimum": lo, "maximum": hi}
-    if default is not None:
-        schema["default"] = default
-    return schema
-
-
-# The run bounds (null: off), with the constraints between them that JSON Schema cannot
-# state (core.model.check_run_bounds).
-RUN_BOUNDS = {
-    "start_deadline_s": "alert `not_started` when no attempt is leased this long after the "
-                        "instant",
-    "min_duration_s": "alert `too_fast` for a success quicker than this; at most "
-                      "max_duration_s, and less than max_runtime_s",
-    "max_duration_s": "alert `too_slow` while a run goes on longer than this (it is not "
-                      "killed); less than max_runtime_s",
-    "alert_after_failures": "one `failures` alert after this many consecutive failed "
-                            "occurrences, resolved by the next success",
-}
-JOB_INPUT: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "required": ["id", "schedule", "target"],
-    "properties": {
-        "id": JOB_ID,
-        "tenant": NAME,
-        "version": {"description": "ignored: the server numbers versions (If-Match guards "
-                                   "an edit)"},
-        "schedule": {"anyOf": [SCHEDULE_OBJECT, CRON],
-                     "description": 'an object, or its cron alone ("0 9 * * *")'},
-        "misfire_policy": {"enum": list(model.MISFIRE_POLICIES)},
-        "overlap_policy": {"enum": list(model.OVERLAP_POLICIES)},
-        **{key: _int_field(*bounds) | ({"description": RUN_BOUNDS[key]} if key in RUN_BOUNDS
-                                       else {})
-           for key, bounds in model.JOB_INT_FIELDS.items()},
-        "target": {"oneOf": [SHELL_TARGET, HTTP_TARGET], "description": (
-            'A header value or the body may be {"secret": "<name>"}, resolved on the '
-            'worker. Header values and URL credentials read as "***" for non-admins')},
-        "queue": NAME,
-        "paused": {"type": "boolean"},
-        "notify": {"type": "array", "maxItems": model.MAX_NOTIFY, "items": HTTP_URL},
-        "concurrency_group": {"type": ["string", "null"], "pattern": NAME["pattern"],
-                              "description": "a concurrency group of the job's tenant: at "
-                                             "most its limit of runs hold leases at once"},
-    },
-}
-SCHEDULE_NAME = {**NAME, "description": "what an occurrence records as matched (default: "
-                                       "the position, from 0); distinct within the job"}
-SCHEDULE_LISTED = {"oneOf": [{**kind, "properties": {**kind["properties"],
-                                                     "name": SCHEDULE_NAME}}
-                             for kind in (CRON_SCHEDULE, ONCE_SCHEDULE, EVERY_SCHEDULE)]}
-JOB_INPUT["properties"].update({
-    "schedules": {"type": "array", "minItems": 1, "maxItems": model.MAX_SCHEDULES,
-                  "items": {"anyOf": [SCHEDULE_LISTED, CRON]},
-                  "description": "several schedules instead of `schedule`: the job fires at "
-                                 "the union of their instants, each instant once"},
-    "calendars": {"type": "array", "maxItems": model.MAX_CALENDARS, "uniqueItems": True,
-                  "items": NAME, "description": "calendars of the job's tenant; an instant "
-                  "one excludes is recorded skipped with reason calendar:<name>"},
-    "labels": {"type": "object", "maxProperties": model.MAX_LABELS,
-               "propertyNames": {"pattern": _anchored(model.NAME_RE)},
-               "additionalProperties": {"type": "string",
-                                        "pattern": _anchored(model.LABEL_VALUE_RE)},
-               "description": "name -> value, selects jobs for POST /v1/jobs:pause"},
-})
-JOB_INPUT["required"] = ["id", "target"]
-JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]}]
-# PUT takes the id from the URL; a body may repeat it (an exported job put back as it is).
-JOB_REPLACE: dict[str, Any] = {
-    **JOB_INPUT, "required": ["target"],
-    "properties": {**JOB_INPUT["properties"], "id": {
-        **JOB_ID, "description": "optional; when given, it must be the job id of the URL"}},
-}
-
-_YEAR = r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
-EXCLUSIONS = [
-    {"type": "object", "required": ["start", "end"], "additionalProperties": False,
-     "description": "the window [start, end); end after start",
-     "properties": {"start": INSTANT, "end": INSTANT}},
-    {"type": "object", "required": ["cron"], "additionalProperties": False,
-     "description": "every minute (second, with six fields) the expression names, in the "
-                    "calendar's zone", "properties": {"cron": CRON}},
-    {"type": "object", "required": ["date"], "additionalProperties": False,
-     "description": "the whole local day, in the calendar's zone",
-     "properties": {"date": {"type": "string", "format": "date",
-                             "pattern": rf"^{_YEAR}-[0-9]{{2}}-[0-9]{{2}}$"}}},
-]
-CALENDAR_INPUT: dict[str, Any] = {
-    "type": "object", "additionalProperties": False, "required": ["exclude"],
-    "properties": {
-        "tenant": NAME,
-        "timezone": TIMEZONE,
-        "exclude": {"type": "array", "maxItems": calendar.MAX_EXCLUSIONS,
-                    "items": {"oneOf": EXCLUSIONS}},
-    },
-}
-NOTE = {"type": "string", "minLength": 1, "maxLength": alerts.MAX_NOTE, "pattern": r"\S",
-        "description": "why: at least one character that is not white space"}
-# The body of an action a person takes (an alert's ack or resolve, a run's cancel).
-NOTE_BODY = {"type": "object", "additionalProperties": False, "required": ["note"],
-             "properties": {"note": NOTE}}
-BULK_PAUSE: dict[str, Any] = {
-    "type": "object", "additionalProperties": False, "required": ["note"],
-    "oneOf": [{"required": ["tenant"]}, {"required": ["queue"]}, {"required": ["label"]}],
-    "properties": {
-        "tenant": NAME, "queue": NAME,
-        "label": {"type": "string", "description": '"name=value", e.g. "team=billing"',
-                  "pattern": f"^{model.NAME_RE.pattern.strip('^$')}="
-                             f"{model.LABEL_VALUE_RE.pattern.strip('^$')}$"},
-        "note": NOTE,
-    },
-}
-
-QUOTA = {"type": ["integer", "null"], "minimum": 1, "maximum": tenants.QUOTA_MAX}
-_HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOST_PATTERN = {"type": "string", "description": "a host, *.domain, or an IP",
-                "pattern": rf"^(\*\.{_HOST_LABEL}(\.{_HOST_LABEL})+|"
-                           rf"{_HOST_LABEL}(\.{_HOST_LABEL})*)\.?$"}
-TENANT_INPUT: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "description": "Quotas and policy of one tenant; the body replaces every field: a "
-                   "missing or null max_jobs, max_schedules or max_pending_runs is its "
-                   "default (100,000), another missing or null quota is unlimited, a "
-                   "missing or null policy list is any",
-    "properties": {
-        **{key: QUOTA for key in tenants.QUOTAS},
-        "queues": {"type": ["array", "null"], "maxItems": MAX_PATTERNS, "items": NAME},
-        "targets": {"type": ["array", "null"], "maxItems": MAX_PATTERNS,
-                    "items": {"enum": list(TARGET_KINDS)}},
-        "http_hosts": {"type": ["array", "null"], "maxItems": MAX_PATTERNS,
-                       "items": HOST_PATTERN},
-    },
-}
-
-WORKER_ID = {"type": "string", "pattern": _anchored(workers.WORKER_ID_RE)}
-ATTEMPT_ID = {"type": "string", "minLength": 1, "maxLength": workers.MAX_ATTEMPT_ID_LEN}
-FENCING_TOKEN = {"type": "integer", "minimum": 0, "maximum": workers.MAX_TOKEN}
-PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": {
-    "worker_id": WORKER_ID,
-    "attempts": {"type": "array", "minItems": 1, "maxItems": workers.MAX_BATCH,
-                 "items": {"type": "object", "required": ["attempt_id", "fencing_token"],
-                           "properties": {"attempt_id": ATTEMPT_ID,
-                                          "fencing_token": FENCING_TOKEN}}}}}
-HEARTBEATS = {**PAIRS, "properties": {**PAIRS["properties"], "before_start": {
-    "type": "boolean", "description": "the check just before the instant of runs leased "
-    "ahead and not started: a run whose job was paused since is skipped, not started. "
-    "Answered from a read after a barrier; only a skip, a lease awaiting its "
-    "acknowledgement or one about to expire is committed"}}}
-OUTCOME_FIELDS = {
-    "fencing_token": FENCING_TOKEN,
-    "outcome": {"enum": ["succeeded", "failed"]},
-    "exit_code": {"type": ["integer", "null"], "minimum": -(2**31), "maximum": 2**31 - 1},
-    "output": {"type": ["string", "null"],
-               "description": f"the last {workers.MAX_OUTPUT} characters are kept"},
-    "started_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_STARTED_MS,
-                   "description": "when the job's process started, in ms since the epoch on "
-                                  "the cluster's clock (the worker's own, corrected by the "
-                                  "offset it measured); recorded as the attempt's "
-                                  "started_at, never before its instant"},
-    "duration_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_DURATION_MS,
-                    "description": "how long the process ran, by the worker's monotonic "
-                                   "clock: the attempt finishes at started_at + duration"},
-}
-# A reported start comes with its duration, and a duration with its start.
-OUTCOME_TIMES = {"dependentRequired": {"started_ms": ["duration_ms"],
-                                       "duration_ms": ["started_ms"]}}
-COMPLETIONS = {"type": "object", "required": ["worker_id", "completions"], "properties": {
-    "worker_id": WORKER_ID,
-    "completions": {"type": "array", "minItems": 1, "maxItems": workers.MAX_BATCH,
-                    "items": {"type": "object",
-                              "required": ["attempt_id", "fencing_token", "outcome"],
-                              "properties": {"attempt_id": ATTEMPT_ID, **OUTCOME_FIELDS},
-                              **OUTCOME_TIMES}}}}
-LEASES = {"type": "object", "required": ["worker_id"], "properties": {
-    "worker_id": WORKER_ID,
-    "queues": {"type": "array", "minItems": 1, "maxItems": 50, "items": NAME},
-    "max": {"type": "integer", "minimum": 1, "maximum": workers.MAX_BATCH},
-    "wait_s": {"type": "number", "minimum": 0, "maximum": workers.MAX_WAIT_S,
-               "description": "long poll: the answer comes when runs are due or after "
-                              "wait_s seconds; a client's timeout must exceed it"},
-    "acknowledge": {"type": "boolean", "description":
-                    "acknowledge each lease (first heartbeat) within the job's "
-                    "ack_timeout_s, or it is released and leased again"},
-    "ahead": {"type": "boolean", "description":
-              "the worker starts each run at its lease's start_at_ms, timed from the "
-              "answer's server_now_ms: runs due within the node's lease_ahead_s are leased "
-              "before their instant"},
-    "ahead_refused": {"enum": [*REFUSAL_REASONS, None], "description":
-                      "why this worker takes no run ahead (its clock is unmeasured or "
-                      "skewed); counted in /metrics"}}}
-
-# `?consistent=`: any letter case of these spellings.
-CONSISTENT = {"name": "consistent", "in": "query", "required": False,
-              "description": "true: a Raft barrier first, so the read sees every write "
-                             "acknowledged before it (503 without a leader)",
-              "schema": {"type": "string", "pattern": _any_case(sorted(CONSISTENT_VALUES))}}
-LIMIT = {"type": "integer", "minimum": 1, "maximum": jobs.MAX_PAGE, "default": 100}
 
 
 # --- operations ----------------------------------------------------------------------------
@@ -729,12 +417,12 @@ def _spec() -> dict[str, Any]:
                 "post": _op("Add a member (admin; raftcron cluster add-node)", body={
                     "type": "object", "required": ["id", "raft_addr", "http_url"],
                     "properties": {
-                        "id": {"type": "string", "pattern": _anchored(membership.ID_RE)},
+                        "id": {"type": "string", "pattern": anchored(membership.ID_RE)},
                         "raft_addr": {"type": "string",
-                                      "pattern": _anchored(membership.ADDR_RE),
+                                      "pattern": anchored(membership.ADDR_RE),
                                       "description": "HOST:PORT, port 1-65535"},
                         "http_url": {"type": "string", "maxLength": 500,
-                                     "pattern": _anchored(membership.URL_RE)}}},
+                                     "pattern": anchored(membership.URL_RE)}}},
                     errors=(409, 503)),
             },
             "/v1/cluster/members/{member_id}": {"delete": _op(

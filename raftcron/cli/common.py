@@ -1,6 +1,8 @@
 """What the CLI's command modules share: connection arguments, the API client, one-line
-refusals, and printing tables or JSON. A leaf module: it imports no command module, so
-each command group depends on it and none on another (`main` only registers them).
+refusals and usage errors, the schedules a command's options name (`job add/edit`,
+`schedule preview`), and printing tables or JSON. A leaf module: it imports no command
+module, so each command group depends on it and none on another (`main` only registers
+them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ if TYPE_CHECKING:  # the client (httpx) is imported by the commands that talk to
 DEFAULT_SERVER = os.environ.get("RAFTCRON_SERVER", "http://127.0.0.1:8700")
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+TOKEN_HELP = "bearer token (default: $RAFTCRON_TOKEN)"
 Command = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """Input a command refuses itself, before or between its requests (`fail`: exit 2)."""
+
+
+def fail(message: str) -> int:
+    """`message` as one line on stderr; exit 2."""
+    print(f"raftcron: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def connection_args(parser: argparse.ArgumentParser, nested: bool = False) -> None:
@@ -29,7 +42,7 @@ def connection_args(parser: argparse.ArgumentParser, nested: bool = False) -> No
     default: Callable[[Any], Any] = (lambda v: argparse.SUPPRESS) if nested else (lambda v: v)
     parser.add_argument("--server", default=default(DEFAULT_SERVER), help="URL[,URL...]")
     parser.add_argument("--token", default=default(os.environ.get("RAFTCRON_TOKEN")),
-                        help="bearer token (default: $RAFTCRON_TOKEN)")
+                        help=TOKEN_HELP)
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print the API's JSON (for scripts)")
 
@@ -87,3 +100,19 @@ def print_output(args: argparse.Namespace, data: Any, rows: list[tuple[str, ...]
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     print_output(argparse.Namespace(json=False), None, rows, header)
+
+
+def schedule_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The schedules the options name: one per --cron, one for all --at times, one for
+    --every (with --anchor)."""
+    entries: list[dict[str, Any]] = [{"cron": c} for c in args.cron or []]
+    ats = getattr(args, "at", None) or []
+    if ats:
+        entries.append({"at": ats if len(ats) > 1 else ats[0]})
+    every = getattr(args, "every", None)
+    anchor = getattr(args, "anchor", None)
+    if anchor and not every:
+        raise UsageError("--anchor goes with --every")
+    if every:
+        entries.append({"every": every, **({"anchor": anchor} if anchor else {})})
+    return entries

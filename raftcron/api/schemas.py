@@ -297,22 +297,30 @@ PAIRS = {"type": "object", "required": ["worker_id", "attempts"], "properties": 
                  "items": {"type": "object", "required": ["attempt_id", "fencing_token"],
                            "properties": {"attempt_id": ATTEMPT_ID,
                                           "fencing_token": FENCING_TOKEN}}}}}
-HEARTBEATS = {**PAIRS, "properties": {**PAIRS["properties"], "before_start": {
-    "type": "boolean", "description": "the check just before the instant of runs leased "
-    "ahead and not started: a run whose job was paused since is skipped, not started. "
-    "Answered from a read after a barrier; only a skip, a lease awaiting its "
-    "acknowledgement or one about to expire is committed"}}}
+STARTED_MS = {"type": "integer", "minimum": 0, "maximum": workers.MAX_STARTED_MS,
+              "description": "when the job's process started, in ms since the epoch on the "
+                             "cluster's clock (the worker's own, corrected by the offset it "
+                             "measured); recorded as the attempt's started_at, never before "
+                             "its instant"}
+HEARTBEATS = {**PAIRS, "properties": {
+    **PAIRS["properties"],
+    "attempts": {**PAIRS["properties"]["attempts"], "items": {
+        **PAIRS["properties"]["attempts"]["items"], "properties": {
+            **PAIRS["properties"]["attempts"]["items"]["properties"],
+            "started_ms": {**STARTED_MS, "description": "a running run's start (" +
+                           STARTED_MS["description"] + "); the first one reported stands"}}}},
+    "before_start": {
+        "type": "boolean", "description": "the check just before the instant of runs leased "
+        "ahead and not started: a run whose job was paused since is skipped, not started. "
+        "Answered from a read after a barrier; only a skip, a lease awaiting its "
+        "acknowledgement or one about to expire is committed"}}}
 OUTCOME_FIELDS = {
     "fencing_token": FENCING_TOKEN,
     "outcome": {"enum": ["succeeded", "failed"]},
     "exit_code": {"type": ["integer", "null"], "minimum": -(2**31), "maximum": 2**31 - 1},
     "output": {"type": ["string", "null"],
                "description": f"the last {workers.MAX_OUTPUT} characters are kept"},
-    "started_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_STARTED_MS,
-                   "description": "when the job's process started, in ms since the epoch on "
-                                  "the cluster's clock (the worker's own, corrected by the "
-                                  "offset it measured); recorded as the attempt's "
-                                  "started_at, never before its instant"},
+    "started_ms": STARTED_MS,
     "duration_ms": {"type": "integer", "minimum": 0, "maximum": workers.MAX_DURATION_MS,
                     "description": "how long the process ran, by the worker's monotonic "
                                    "clock: the attempt finishes at started_at + duration"},

@@ -28,9 +28,11 @@ CLOCK_DIR = Path(__file__).resolve().parent / "clock"
 # run, and the checker must tell pruned history from lost instants (chaos/checks_retention).
 RETENTION_S = 120
 # The workload's herd (chaos/workload.py: 100 jobs sharing every tenth second) is a herd
-# to the nodes too (`herd_size`), so the herd path (claimed and leased up to 10 s ahead)
-# runs under faults; the product's default of 1,000 would need ten times the load.
+# to the nodes too (`herd_size` 80: a member paused or late still leaves a herd), so the
+# herd path (claimed and leased up to 10 s ahead) runs under faults; the product's default
+# of 1,000 would need ten times the load.
 HERD_SIZE = 100
+NODE_HERD_SIZE = 80
 
 
 def write_tokens(root: Path) -> tuple[str, str]:
@@ -59,7 +61,7 @@ def write_node_config(root: Path, index: int, peers: list[int]) -> Path:
              f'raft_addr = "{raft_addr(index)}"', f'http_host = "{node_ip(index)}"',
              f"http_port = {HTTP_PORT}", 'secret_file = "cluster.secret"',
              'tokens_file = "tokens.json"', f'retention = "{RETENTION_S}s"',
-             f"herd_size = {HERD_SIZE}"]
+             f"herd_size = {NODE_HERD_SIZE}"]
     lines += lease_ahead_lines()
     lines.append("")
     for j in peers:

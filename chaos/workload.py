@@ -124,6 +124,8 @@ def job_specs() -> list[dict[str, Any]]:
 # pause just before an instant skips a run leased ahead at its check before the start.
 PAUSABLE, CANCELLABLE, DELETABLE = "pausable-5s", "cancellable-slow", "deletable-1s"
 PAUSABLE_PERIOD_S = 5
+PAUSED_HERD_MEMBER = "herd-007"
+HERD_PERIOD_S = 10  # load_specs: the herd shares every tenth second
 CANCELLABLE_SLEEP_S = 8
 
 
@@ -383,16 +385,20 @@ class Driver:
             self.delete_job(DELETABLE)
         if index % 2 == 0:
             self.cancel_running(CANCELLABLE)
-        self.pause_across_instant(PAUSABLE, PAUSABLE_PERIOD_S)
+            self.pause_across_instant(PAUSABLE, PAUSABLE_PERIOD_S, 0.6)
+        else:
+            # A herd member: the herd is claimed and leased up to 10 s ahead, so a pause
+            # 2 s before its instant finds its run leased and not started.
+            self.pause_across_instant(PAUSED_HERD_MEMBER, HERD_PERIOD_S, 2.0)
 
-    def pause_across_instant(self, job: str, period_s: int) -> None:
-        """Pause 0.6 s before the job's next instant (after its run was leased ahead,
+    def pause_across_instant(self, job: str, period_s: int, lead_s: float) -> None:
+        """Pause `lead_s` before the job's next instant (after its run was leased ahead,
         before the worker's check before the start) and resume 1.5 s after it."""
         now = self.cluster_now()
         instant = (int(now) // period_s + 1) * period_s
-        if instant - now < 1.2:
+        if instant - now < lead_s + 0.6:
             instant += period_s
-        self.stop_event.wait(instant - 0.6 - self.cluster_now())
+        self.stop_event.wait(instant - lead_s - self.cluster_now())
         self.client.retried("pause", "POST", f"/v1/jobs/{job}/pause", job=job)
         self.stop_event.wait(max(0.0, instant + 1.5 - self.cluster_now()))
         self.client.retried("resume", "POST", f"/v1/jobs/{job}/resume", job=job)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from raftcron.core.ahead import OffsetSample
 from raftcron.worker.backoff import Backoff, sleep_or
@@ -27,6 +28,10 @@ log = logging.getLogger("raftcron.worker")
 class LeaseLoop(RunExecutor):
     """Leases runs, acknowledges them and queues the accepted ones for a slot, or for
     their instant when taken ahead (`_start_at_instants`, which `runner.Worker` provides)."""
+
+    # Waits for the instants of acknowledged runs taken ahead, then queues them for a
+    # slot: provided by `runner.Worker`, which schedules them.
+    _start_at_instants: Callable[[list[HeldRun]], None]
 
     async def _lease_loop(self, stop: asyncio.Event) -> None:
         backoff = Backoff(self.options.backoff_initial_s, self.options.backoff_cap_s)
@@ -228,7 +233,3 @@ class LeaseLoop(RunExecutor):
                                 r.get("rejected", "no answer"))
             return
 
-    def _start_at_instants(self, runs: list[HeldRun]) -> None:
-        """Wait for the instants of acknowledged runs taken ahead, then queue them for a
-        slot (provided by `runner.Worker`, which schedules them)."""
-        raise NotImplementedError

@@ -144,7 +144,10 @@ def run_inner(profile: str, seed: int, duration: float | None, out: Path) -> int
         # leaves the nodes' quorum alone (a worker's): later faults (and the backup check)
         # then hit the fresh node as well. Scheduled, not drawn: it always runs.
         membership_at = membership_host(schedule)
-        delete_at = backup_at + 1  # the deletable job goes inside this fault window
+        # The deletable job goes inside another worker fault's window: the nodes answer
+        # then, so the deletion is acknowledged inside it.
+        delete_at = next((i for i, p in enumerate(schedule)
+                          if p.kind in MEMBERSHIP_HOSTS and i != membership_at), backup_at + 1)
         for i, p in enumerate(schedule):
             if i == backup_at and not stop.is_set():
                 print(f"chaos: +{time.monotonic() - t0:6.1f}s backup -> restore check",

@@ -21,7 +21,8 @@ from typing import Any
 
 from raftcron.api.context import ApiContext
 from raftcron.core import commands as c
-from raftcron.state.attempts import ATT_COLS, N_ATT_COLS, before_start_answer
+from raftcron.state.attempt_rows import ATT_COLS, N_ATT_COLS
+from raftcron.state.attempts import before_start_answer
 
 # One read per batch of the API's largest (workers.MAX_BATCH); SQLite's default limit on
 # bound parameters is far above it.
@@ -53,7 +54,7 @@ async def check_before_start(ctx: ApiContext, worker_id: str, pairs: list[list[A
     return [answers[i] for i in range(len(pairs))]
 
 
-# Each attempt's columns (state.attempts.ATT_COLS) and whether its job is paused, in one read.
+# Each attempt's columns (state.attempt_rows.ATT_COLS) and whether its job is paused, in one read.
 _ROW_SQL = ("SELECT " + ", ".join(f"a.{col.strip()}" for col in ATT_COLS.split(","))
             + ", coalesce(j.paused, 0) FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id "
             "WHERE a.id IN ({marks})")

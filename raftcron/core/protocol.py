@@ -31,7 +31,8 @@ The levels, read from `git log`:
   fields `PutTenant.max_schedules` and `max_pending_runs`, the defaults of the
   state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
   nothing for an instant the job already has waiting, running or done (apply); a run
-  stopped because its job was deleted ends `job deleted`, not `replaced` (apply). Level 2 is
+  stopped because its job was deleted ends `job deleted`, not `replaced` (apply); a lease
+  handed back unrun after its run was asked to stop ends cancelled (apply). Level 2 is
   not released yet, so these apply rules joined it rather than making a level 3: two
   builds from before and after one of them, mixed in one cluster, could disagree on it.
 
@@ -120,6 +121,11 @@ BACKFILL_BY_INSTANT_LEVEL = 2
 # with reason `job deleted`, like the deleted job's waiting runs (state.attempts); a
 # level-1 build says `replaced`, and the states must agree until then.
 KILLED_REASON_LEVEL = 2
+# From this level on, a lease handed back unrun (unacknowledged, or released) whose run was
+# asked to stop ends `cancelled` rather than pending again (state.attempts); a level-1
+# build makes it pending (where a deleted job's run then waits forever), and the states
+# must agree until then.
+HANDED_BACK_CANCEL_LEVEL = 2
 
 # Optional fields of a job spec (PutJob.job, CreateJobs.jobs): an older build's Job refuses
 # any key it does not know.

@@ -9,6 +9,7 @@ from raftcron.core import errors, identity, policy
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.protocol import (
+    HANDED_BACK_CANCEL_LEVEL,
     KILLED_REASON_LEVEL,
     RELEASE_KEEPS_INSTANT_LEVEL,
     RELEASE_PREVIOUS_EPOCH_LEVEL,
@@ -16,6 +17,28 @@ from raftcron.core.protocol import (
 from raftcron.core.run_times import reported_times
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
+from raftcron.state.attempt_rows import (
+    A_ACK_DEADLINE,
+    A_CANCEL,
+    A_EXIT,
+    A_EXPIRES,
+    A_HB,
+    A_ID,
+    A_JOB,
+    A_NOT_BEFORE,
+    A_NUM,
+    A_OCC,
+    A_QUEUE,
+    A_RUNTIME,
+    A_STARTED,
+    A_STATUS,
+    A_TOKEN,
+    A_WORKER,
+)
+from raftcron.state.attempt_rows import job_spec as _job_spec
+from raftcron.state.attempt_rows import load_attempt as _load
+from raftcron.state.attempt_rows import load_attempts as _load_many
+from raftcron.state.attempt_rows import load_specs as _load_specs
 from raftcron.state.cancellation import cancelled_by, end_cancelled
 from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
@@ -24,30 +47,7 @@ from raftcron.state.groups import GroupLimiter
 from raftcron.state.one_step import rows_param, rows_table, select_all, update_all
 from raftcron.state.tenants import RunLimiter, check_job_policy, policy_of
 
-ATT_COLS = (
-    "id, occurrence_id, job_id, number, status, not_before_ms, worker_id, fencing_token, "
-    "heartbeat_ms, lease_expires_ms, runtime_deadline_ms, cancel_requested, exit_code, queue, "
-    "ack_deadline_ms, started_ms"
-)
-N_ATT_COLS = len(ATT_COLS.split(","))
-(A_ID, A_OCC, A_JOB, A_NUM, A_STATUS, A_NOT_BEFORE, A_WORKER, A_TOKEN, A_HB, A_EXPIRES,
- A_RUNTIME, A_CANCEL, A_EXIT, A_QUEUE, A_ACK_DEADLINE, A_STARTED) = range(N_ATT_COLS)
-
 NOT_ACKNOWLEDGED = "not acknowledged"
-
-TERMINAL = ("succeeded", "failed", "lost", "timed_out", "cancelled")
-
-
-def _load(conn: sqlite3.Connection, attempt_id: str) -> tuple | None:
-    return conn.execute(f"SELECT {ATT_COLS} FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
-
-
-def _job_spec(conn: sqlite3.Connection, job_id: str, cache: dict[str, Any]) -> dict | None:
-    if job_id not in cache:
-        row = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        cache[job_id] = parse_spec(row[0]) if row else None
-    return cache[job_id]
-
 
 LEASE_LOAD = (
     "SELECT a.id, a.occurrence_id, a.job_id, a.number, a.status, a.not_before_ms, "
@@ -356,29 +356,6 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
     )
 
 
-def _load_many(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple]:
-    found: dict[str, tuple] = {}
-    unique = list(dict.fromkeys(ids))
-    for i in range(0, len(unique), 500):
-        chunk = unique[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        for row in select_all(conn, f"SELECT {ATT_COLS} FROM attempts WHERE id IN ({marks})",
-                              chunk, N_ATT_COLS):
-            found[row[A_ID]] = row
-    return found
-
-
-def _load_specs(conn: sqlite3.Connection, job_ids: set[str], cache: dict[str, Any]) -> None:
-    """Fill `cache` (as `_job_spec` does) with these jobs' specs, in one read per 500."""
-    missing = sorted(job_id for job_id in job_ids if job_id not in cache)
-    for i in range(0, len(missing), 500):
-        chunk = missing[i : i + 500]
-        specs = dict(select_all(conn, "SELECT id, spec FROM jobs WHERE id IN "
-                                f"({','.join('?' * len(chunk))})", chunk, 2))
-        for job_id in chunk:
-            cache[job_id] = parse_spec(specs[job_id]) if job_id in specs else None
-
-
 def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
     """Record outcomes. Successes (the common case) are written in two updates (state.one_step)."""
     conn = ctx.conn
@@ -480,6 +457,27 @@ def _due_again(conn: sqlite3.Connection, att: tuple, now_ms: int) -> int:
     return max(now_ms, att[A_NOT_BEFORE])
 
 
+def _ends_when_handed_back(ctx: ApplyContext, att: tuple, now_ms: int,
+                           specs: dict[str, Any]) -> bool:
+    """A lease handed back unrun (never acknowledged, or released by its worker) whose run
+    was asked to stop (a person's cancel, its job deleted, a `replace` policy's next run)
+    ends `cancelled` instead of waiting again: pending, a deleted job's run would wait
+    forever (nothing leases a run of a job that is gone) and a cancelled one would run
+    after all. True when it ended. Below HANDED_BACK_CANCEL_LEVEL it waits again, as a
+    level-1 build has it."""
+    if not att[A_CANCEL] or committed_level(ctx.conn) < HANDED_BACK_CANCEL_LEVEL:
+        return False
+    ctx.conn.execute(
+        "UPDATE attempts SET status = 'cancelled', finished_ms = ?, error = ? WHERE id = ?",
+        (now_ms, "asked to stop before it started", att[A_ID]))
+    if cancelled_by(ctx.conn, att[A_OCC]) is not None:
+        end_cancelled(ctx, att[A_OCC], att[A_JOB], now_ms)
+    else:
+        _finish_occurrence(ctx, att[A_OCC], "cancelled", now_ms,
+                           _why_killed(ctx.conn, att[A_JOB], specs))
+    return True
+
+
 def _release_unacknowledged(ctx: ApplyContext, att: tuple, now_ms: int) -> None:
     """Nobody confirmed receiving this lease: it is not assumed delivered (invariant 7).
     The attempt is pending again at once (not before its instant), under the same number
@@ -532,7 +530,8 @@ def sweep(ctx: ApplyContext, cmd: Sweep) -> dict[str, Any]:
         if att is None or att[A_STATUS] != "running":
             continue
         if _unacknowledged_to_release(att, cmd, previous_epochs):
-            _release_unacknowledged(ctx, att, cmd.now_ms)
+            if not _ends_when_handed_back(ctx, att, cmd.now_ms, specs):
+                _release_unacknowledged(ctx, att, cmd.now_ms)
             unacknowledged.append(attempt_id)
             continue
         if att[A_EXPIRES] < cmd.now_ms:
@@ -571,6 +570,9 @@ def release(ctx: ApplyContext, cmd: Release) -> dict[str, Any]:
             results.append({"attempt_id": attempt_id, **bad})
             continue
         assert att is not None
+        if _ends_when_handed_back(ctx, att, cmd.now_ms, {}):
+            results.append({"attempt_id": attempt_id, **ok()})
+            continue
         conn.execute(
             "UPDATE attempts SET status = 'pending', worker_id = NULL, fencing_token = NULL, "
             "leased_ms = NULL, heartbeat_ms = NULL, lease_expires_ms = NULL, "

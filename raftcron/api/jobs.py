@@ -151,13 +151,8 @@ async def create_job(request: Request) -> JSONResponse:
                         headers={"ETag": '"1"', "Location": f"/v1/jobs/{job.id}"})
 
 
-async def batch_create_jobs(request: Request) -> JSONResponse:
-    """`POST /v1/jobs:batchCreate {"jobs": [...]}`: up to 1,000 jobs in one Raft entry.
-
-    Every job is validated first (a 400 names `jobs[i].<field>` and nothing is created);
-    then each is created or refused on its own, and `results` says which, in order."""
-    ctx = ctx_of(request)
-    body = await json_body(request)
+def batch_jobs(body: Any) -> list[Job]:
+    """The jobs of a batch body, each validated: ValidationError naming `jobs[i].<field>`."""
     items = body.get("jobs") if isinstance(body, dict) else None
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_CREATE:
         raise ValidationError("jobs", f"must be a list of 1 to {MAX_BATCH_CREATE} job objects")
@@ -169,6 +164,24 @@ async def batch_create_jobs(request: Request) -> JSONResponse:
         except ValidationError as e:
             field = f"jobs[{i}]" if e.field == "body" else f"jobs[{i}].{e.field}"
             raise ValidationError(field, e.message) from None
+    return jobs
+
+
+def explain_job(body: Any) -> None:
+    """The core's refusal of a job body, in its own words (a PUT's id is its URL's)."""
+    job_id = body.get("id") if isinstance(body, dict) else None
+    parse_job(body, job_id=job_id if isinstance(job_id, str) and job_id else "job")
+
+
+async def batch_create_jobs(request: Request) -> JSONResponse:
+    """`POST /v1/jobs:batchCreate {"jobs": [...]}`: up to 1,000 jobs in one Raft entry.
+
+    Every job is validated first (a 400 names `jobs[i].<field>` and nothing is created);
+    then each is created or refused on its own, and `results` says which, in order."""
+    ctx = ctx_of(request)
+    body = await json_body(request)
+    jobs = batch_jobs(body)
+    items = body["jobs"]
     for job in jobs:
         require_tenant_write(request, job.tenant)
     await refuse_batch_outside_policy(ctx, jobs)

@@ -420,7 +420,9 @@ def _spec() -> dict[str, Any]:
                         "id": {"type": "string", "pattern": anchored(membership.ID_RE)},
                         "raft_addr": {"type": "string",
                                       "pattern": anchored(membership.ADDR_RE),
-                                      "description": "HOST:PORT, port 1-65535"},
+                                      "description": "HOST:PORT, the port 1-65535 "
+                                                     "without a leading zero (voters are "
+                                                     "told apart by this text)"},
                         "http_url": {"type": "string", "maxLength": 500,
                                      "pattern": anchored(membership.URL_RE)}}},
                     errors=(409, 503)),

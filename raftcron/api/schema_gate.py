@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jsonschema_rs
 
+from raftcron.api import jobs, tenants, workers
 from raftcron.api.openapi import openapi_spec
 from raftcron.core.errors import ValidationError
 
@@ -54,15 +55,36 @@ def _validator(method: str, path: str) -> tuple[Any, dict[str, Any]] | None:
     return jsonschema_rs.Draft202012Validator(rooted, validate_formats=False), rooted
 
 
+# Where the core has its own words for a refusal (a header value's control character, a
+# batch's `jobs[i]`), they are used: the schema decides that a body is refused, the core's
+# parser says why when it refuses it too.
+EXPLAINERS: dict[tuple[str, str], Callable[[Any], object]] = {
+    ("POST", "/v1/jobs"): jobs.explain_job,
+    ("PUT", "/v1/jobs/{job_id}"): jobs.explain_job,
+    ("POST", "/v1/jobs:batchCreate"): jobs.batch_jobs,
+    ("POST", "/v1/leases"): workers.lease_params,
+    ("PUT", "/v1/tenants/{name}"): tenants.explain_tenant,
+}
+
+
 def check_body(method: str, route_path: str, body: Any) -> None:
     """Raise `ValidationError` for a body the operation's schema refuses; an operation
     without a declared body is not checked here."""
-    compiled = _validator(method.upper(), document_path(route_path))
+    key = (method.upper(), document_path(route_path))
+    compiled = _validator(*key)
     if compiled is None:
         return
     validator, schema = compiled
     if validator.is_valid(body):
         return
+    explain = EXPLAINERS.get(key)
+    if explain is not None:
+        try:
+            explain(body)  # raises the core's ValidationError when it refuses too
+        except ValidationError:
+            raise
+        except Exception:  # noqa: BLE001 - the schema's own words below, whatever failed
+            pass
     error = _most_specific(validator.iter_errors(body))
     raise ValidationError(*_explain(error, schema))
 

@@ -52,7 +52,9 @@ INSTANT_TO_9998 = {**INSTANT, "pattern": r"^(19[7-9][0-9]|[2-8][0-9]{3}|9[0-8][0
                    "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z "
                                   "to 9998-12-31T23:59:59Z in UTC"}
 HTTP_URL = {"type": "string", "maxLength": model.MAX_URL_LEN,
-            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\[\]\s]+([/?#][\s\S]*)?$"}
+            # A host, or an IPv6 literal in brackets (with a port and credentials or not).
+            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://([^/?#\[\]\s]*@)?([^/?#\[\]\s@]+|"
+                       r"\[[0-9A-Fa-f:.]+\](:[0-9]*)?)([/?#][\s\S]*)?$"}
 SECRET_REF = {"type": "object", "required": ["secret"], "additionalProperties": False,
               "properties": {"secret": {"type": "string",
                                         "pattern": anchored(SECRET_NAME_RE)}},

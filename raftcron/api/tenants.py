@@ -82,6 +82,12 @@ def parse_quotas(body: Any) -> dict[str, int | None]:
     return out
 
 
+def explain_tenant(body: Any) -> None:
+    """The core's refusal of a tenant body, in its own words."""
+    parse_quotas(body)
+    parse_policy(body)
+
+
 async def put_tenant(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     name = _name(request)

@@ -97,19 +97,15 @@ async def _forward_to_leader(request: Request, ctx: ApiContext, body: bytes,
                         k: v for k, v in resp.headers.items() if k.lower() == "retry-after"})
 
 
-async def leases(request: Request) -> Response:
-    ctx = ctx_of(request)
-    body = _object(await json_body(request))
-    worker_id = _worker_id(body)
+def lease_params(body: Any) -> tuple[list[str], int, float, bool]:
+    """(queues, max, wait_s, acknowledge) of a lease request, checked: ValidationError
+    naming the field."""
+    body = _object(body)
+    _worker_id(body)
     queues = body.get("queues", ["default"])
     if (not isinstance(queues, list) or not 1 <= len(queues) <= 50
             or not all(isinstance(q, str) and NAME_RE.fullmatch(q) for q in queues)):
         raise ValidationError("queues", "must be a list of 1-50 queue names")
-    principal = principal_of(request)
-    if not principal.allowed_queues(queues):
-        allowed = ", ".join(sorted(principal.worker_queues or ()))
-        raise HTTPError(403, "forbidden", f"token {principal.name!r} may only lease from "
-                        f"queues {allowed}", "queues")
     max_n = json_int(body.get("max", 1))
     if max_n is None or not 1 <= max_n <= MAX_BATCH:
         raise ValidationError("max", f"must be an integer from 1 to {MAX_BATCH}")
@@ -121,6 +117,19 @@ async def leases(request: Request) -> Response:
     acknowledge = body.get("acknowledge", False)
     if not isinstance(acknowledge, bool):
         raise ValidationError("acknowledge", "must be true or false")
+    return queues, max_n, wait_s, acknowledge
+
+
+async def leases(request: Request) -> Response:
+    ctx = ctx_of(request)
+    body = _object(await json_body(request))
+    worker_id = _worker_id(body)
+    queues, max_n, wait_s, acknowledge = lease_params(body)
+    principal = principal_of(request)
+    if not principal.allowed_queues(queues):
+        allowed = ", ".join(sorted(principal.worker_queues or ()))
+        raise HTTPError(403, "forbidden", f"token {principal.name!r} may only lease from "
+                        f"queues {allowed}", "queues")
     ahead, ahead_refused = _ahead(body)
     duties = ctx.node.duties
     if duties is None or duties.stopped:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from starlette.routing import Route
 
+from raftcron.api import schema_gate
 from raftcron.api.app import PAGE_PATHS, ROUTES
 from raftcron.api.openapi import openapi_spec
 from raftcron.api.schema_gate import check_body, document_path
@@ -73,11 +74,52 @@ REFUSED = [
 
 @pytest.mark.parametrize(("method", "path", "body", "field", "reason"), REFUSED)
 def test_a_refusal_names_the_field_and_the_reason(method: str, path: str, body: Any,
-                                                  field: str, reason: str) -> None:
+                                                  field: str, reason: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema's own words (no core parser asked)."""
+    monkeypatch.setattr(schema_gate, "EXPLAINERS", {})
     with pytest.raises(ValidationError) as refused:
         check_body(method, path, body)
     assert refused.value.field == field
     assert reason in refused.value.message
+
+
+# Where the core's parser refuses a body too, its words are used (the schema decided).
+EXPLAINED = [
+    ("POST", "/v1/jobs", job(id="a b"), "id", "must be 1-128 characters"),
+    ("POST", "/v1/jobs", job(target={"http": {"url": "http://x", "headers": {"X-Nul": "a\x00b"}}}),
+     "target.http.headers", "'X-Nul' holds the control character U+0000"),
+    ("POST", "/v1/jobs", {"id": "a", "target": SHELL}, "schedule", "is required"),
+    ("POST", "/v1/jobs", job(schedule={"cron": "* * * * *", "every": "1m"}),
+     "schedule.every", "goes alone"),
+    ("PUT", "/v1/jobs/{job_id}", {"target": {"sh": 1}, "schedule": "* * * * *"}, "target",
+     'must be {"shell"'),
+    ("POST", "/v1/jobs:batchCreate", {"jobs": [job(), job(id="b", paused="yes")]},
+     "jobs[1].paused", "must be true or false"),
+    ("POST", "/v1/jobs:batchCreate", [], "jobs", "must be a list of 1 to 1000"),
+    ("POST", "/v1/leases", {"worker_id": "w", "queues": ["a b"]}, "queues", "queue names"),
+    ("PUT", "/v1/tenants/{name}", {"max_jobs": 0}, "max_jobs", "must be an integer from 1"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field", "reason"), EXPLAINED)
+def test_the_cores_words_are_used_where_it_refuses_too(method: str, path: str, body: Any,
+                                                       field: str, reason: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        check_body(method, path, body)
+    assert (refused.value.field, reason in refused.value.message) == (field, True), \
+        refused.value.message
+
+
+def test_where_the_core_accepts_what_the_schema_refuses_the_schema_says_why() -> None:
+    """The schema decides: a body the core would take but the schema refuses is refused,
+    in the schema's words (a URL with a space in its host, which urlsplit accepts)."""
+    body = job(target={"http": {"url": "http://a b/"}})
+    parse_job(body)
+    with pytest.raises(ValidationError) as refused:
+        check_body("POST", "/v1/jobs", body)
+    assert refused.value.field == "target.http.url"
+    assert refused.value.message.startswith("must match")
 
 
 def test_extremes_are_refused_in_one_line() -> None:

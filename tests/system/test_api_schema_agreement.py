@@ -26,6 +26,7 @@ from urllib.parse import quote
 import jsonschema_rs
 import pytest
 
+from raftcron.core.one_time import compile_once, parse_at, parse_every
 from raftcron.core.schedule import ScheduleError, compile_schedule
 from raftcron.testing import LocalCluster
 from tests.system.helpers import serving_cluster
@@ -40,6 +41,24 @@ def is_cron(text: str) -> bool:
     """`format: cron`, as the schedule validator reads it."""
     try:
         compile_schedule(text, "UTC", hash_key="x")
+    except ScheduleError:
+        return False
+    return True
+
+
+def is_local_date_time(text: str) -> bool:
+    """`format: local-date-time` (a one-time schedule's time), as the validator reads it."""
+    try:
+        compile_once(parse_at(text, "at"), "UTC", "auto", "auto")
+    except ScheduleError:
+        return False
+    return True
+
+
+def is_interval(text: str) -> bool:
+    """`format: interval`, as the validator reads it."""
+    try:
+        parse_every(text, "every")
     except ScheduleError:
         return False
     return True
@@ -63,7 +82,11 @@ def spec(node: LocalCluster) -> dict[str, Any]:
 # --- requests: a valid base per operation, and what to substitute -------------------------
 
 JOB_TARGET_BASES = {"shell": {"shell": "true"}, "http": {"http": {"url": "https://ex.test/h"}}}
+# A schedule of the kind a field belongs to (`at`: one-time; `every`, `anchor`: interval).
+SCHEDULE_KIND_BASES = {"at": {"at": "2030-01-01T09:00:00"}, "every": {"every": "1h"},
+                       "anchor": {"every": "1h"}}
 PAIR = {"attempt_id": "a-1", "fencing_token": 1}
+RUN_TIMES = {"started_ms": 1_790_000_000_000, "duration_ms": 200}
 
 
 def _job() -> dict[str, Any]:
@@ -96,12 +119,13 @@ BASES: dict[tuple[str, str], tuple[dict[str, str], Any]] = {
                                           "wait_s": 0}),
     ("POST", "/v1/heartbeats"): ({}, lambda: {"worker_id": "w", "attempts": [dict(PAIR)]}),
     ("POST", "/v1/releases"): ({}, lambda: {"worker_id": "w", "attempts": [dict(PAIR)]}),
+    # A run's start comes with its duration (dependentRequired): both in the base.
     ("POST", "/v1/completions"): ({}, lambda: {"worker_id": "w", "completions": [
-        {**PAIR, "outcome": "failed"}]}),
+        {**PAIR, "outcome": "failed", **RUN_TIMES}]}),
     ("POST", "/v1/attempts/{attempt_id}/heartbeat"): ({"attempt_id": "a-1"}, lambda: {
         "worker_id": "w", "fencing_token": 1}),
     ("POST", "/v1/attempts/{attempt_id}/complete"): ({"attempt_id": "a-1"}, lambda: {
-        "worker_id": "w", "fencing_token": 1, "outcome": "failed"}),
+        "worker_id": "w", "fencing_token": 1, "outcome": "failed", **RUN_TIMES}),
     ("GET", "/v1/status/jobs/{job_id}"): ({"job_id": "agree"}, None),
     ("GET", "/v1/status/jobs/{job_id}/backfill-preview"): ({"job_id": "agree"}, None),
     ("PUT", "/v1/calendars/{name}"): ({"name": "agree-cal"}, lambda: {"exclude": []}),
@@ -137,7 +161,14 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
     "queue": (["q1", "q" * 64], ["", "q" * 65, "a b", None]),
     "name": (["acme"], ["a b", "x" * 65]),
     "schedule": (["0 9 * * *", {"cron": "*/10 * * * * *"}],
-                 ["", "61 * * * *", {"every": 3}, [], None]),
+                 ["", "61 * * * *", {"every": 0}, {"cron": "* * * * *", "at": "x"}, [],
+                  None]),
+    "at": (["2030-01-01T09:00:00", "2030-01-01T09:00", "2030-06-01T12:00:00Z",
+            ["2030-01-01T09:00:00", "2031-01-01T09:00:00"]],
+           ["tomorrow", "2030-02-30T09:00:00", "1969-12-31T23:59:59Z", "", 5, [], None]),
+    "every": (["1h", "90m", "1h30m", 60], ["0s", "367d", "1.5h", "m90", "", 0, None]),
+    "anchor": (["2026-01-01T00:15:00Z", "2026-01-01T01:15:00+01:00"],
+               ["yesterday", "2026-01-01T00:15:00.500Z", "2026-01-01T00:15:00", 5]),
     "cron": (["0 9 * * *", "*/10 * * * * *", "@daily", "H H * * 1-5", "0 9 L * *"],
              ["", "   ", "61 * * * *", "0 0 30 2 *", "@never", "x", 5, None]),
     "timezone": (["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires"],
@@ -393,6 +424,8 @@ def _set(container: Any, field: Path_, value: Any) -> None:
         nxt = field[i + 1]
         if key == "target" and isinstance(nxt, str) and nxt in JOB_TARGET_BASES:
             container[key] = copy.deepcopy(JOB_TARGET_BASES[nxt])
+        elif key == "schedule" and isinstance(nxt, str) and nxt in SCHEDULE_KIND_BASES:
+            container[key] = copy.deepcopy(SCHEDULE_KIND_BASES[nxt])
         elif key == "schedule" and not isinstance(container.get(key), dict):
             container[key] = {"cron": "0 9 * * *"}
         elif isinstance(key, str) and not isinstance(container.get(key), dict | list):
@@ -403,7 +436,10 @@ def _set(container: Any, field: Path_, value: Any) -> None:
 
 def _op_validator(spec: dict[str, Any], schema: dict[str, Any]) -> jsonschema_rs.Validator:
     return jsonschema_rs.validator_for({**schema, "components": spec["components"]},
-                                       formats={"cron": is_cron}, validate_formats=True)
+                                       formats={"cron": is_cron,
+                                                "local-date-time": is_local_date_time,
+                                                "interval": is_interval},
+                                       validate_formats=True)
 
 
 def _query_value(schema: dict[str, Any], value: Any) -> Any:

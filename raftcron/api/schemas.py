@@ -51,10 +51,25 @@ INSTANT_TO_9998 = {**INSTANT, "pattern": r"^(19[7-9][0-9]|[2-8][0-9]{3}|9[0-8][0
                                          r"99[0-8][0-9]|999[0-8])" + _AFTER_THE_YEAR,
                    "description": "ISO 8601 with Z or an offset, from 1970-01-01T00:00:00Z "
                                   "to 9998-12-31T23:59:59Z in UTC"}
+_H16 = "[0-9A-Fa-f]{1,4}"
+_DEC = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_LS32 = f"({_H16}:{_H16}|{_DEC}(\\.{_DEC}){{3}})"
+IPV6 = "(" + "|".join([
+    f"({_H16}:){{6}}{_LS32}",
+    f"::({_H16}:){{5}}{_LS32}",
+    f"({_H16})?::({_H16}:){{4}}{_LS32}",
+    f"(({_H16}:){{0,1}}{_H16})?::({_H16}:){{3}}{_LS32}",
+    f"(({_H16}:){{0,2}}{_H16})?::({_H16}:){{2}}{_LS32}",
+    f"(({_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    f"(({_H16}:){{0,4}}{_H16})?::{_LS32}",
+    f"(({_H16}:){{0,5}}{_H16})?::{_H16}",
+    f"(({_H16}:){{0,6}}{_H16})?::",
+]) + ")"
 HTTP_URL = {"type": "string", "maxLength": model.MAX_URL_LEN,
-            # A host, or an IPv6 literal in brackets (with a port and credentials or not).
+            # A host, or an IPv6 literal in brackets (RFC 3986's IPv6address), with a port
+            # and credentials or not.
             "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://([^/?#\[\]\s]*@)?([^/?#\[\]\s@]+|"
-                       r"\[[0-9A-Fa-f:.]+\](:[0-9]*)?)([/?#][\s\S]*)?$"}
+                       rf"\[{IPV6}\](:[0-9]*)?)([/?#][\s\S]*)?$"}
 SECRET_REF = {"type": "object", "required": ["secret"], "additionalProperties": False,
               "properties": {"secret": {"type": "string",
                                         "pattern": anchored(SECRET_NAME_RE)}},

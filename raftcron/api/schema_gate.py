@@ -10,7 +10,9 @@ backfill's span, distinct schedule names. `format` is an annotation here, as JSO
 2020-12 makes it: the core checks those values and names their exact fault.
 
 A refusal is a `ValidationError`: HTTP 400 naming the dotted field (`schedules.2.jitter_s`,
-`target.http.url`) and the reason, written from the failing keyword and its bounds.
+`target.http.url`) and the reason, written from the failing keyword and its bounds; or,
+for the bodies whose core parser has its own words (jobs, batches, leases, tenants), in
+those words when that parser refuses the body too (`EXPLAINERS`). The schema decides.
 """
 
 from __future__ import annotations

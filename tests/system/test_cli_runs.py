@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from raftcron.core.timefmt import parse_iso_ms
 from raftcron.testing import LocalCluster, wait_until
 from tests.system.helpers import add_job, as_from_a_terminal
 
@@ -79,6 +80,10 @@ def trigger(cli: Cli, job_id: str, key: str) -> str:
     return out["id"]
 
 
+def iso_ms(text: str) -> int:
+    return parse_iso_ms(text, "instant")
+
+
 def test_job_runs_lists_the_run_with_its_worker_and_run_show_prints_its_output(
         cli: Cli) -> None:
     resp = cli.c.post(cli.c.wait_leader(), "/v1/jobs", {
@@ -92,10 +97,12 @@ def test_job_runs_lists_the_run_with_its_worker_and_run_show_prints_its_output(
     table = cli.ok("job", "runs", "hello").splitlines()
     assert table[0].split()[:4] == ["instant", "(UTC)", "instant", "(Europe/Berlin)"]
     row = next(line.split() for line in table[1:] if occ_id in line)
-    utc, local, kind, status, attempts, took, worker, shown_id = row
+    utc, local, kind, status, attempts, started, took, worker, shown_id = row
     assert (kind, status, attempts, worker, shown_id) == (
         "manual", "succeeded", "1", WORKER, occ_id)
     assert utc.endswith("Z") and local.endswith(("+01:00", "+02:00"))
+    # The run's own start is on the record, never before its instant.
+    assert started.endswith("Z") and iso_ms(started) >= iso_ms(utc)
     assert took.endswith("s")
 
     data = json.loads(cli.ok("job", "runs", "hello", "--kind", "manual", "--json"))

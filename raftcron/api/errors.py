@@ -40,6 +40,7 @@ REJECTION_STATUS = {
     errors.POLICY_DENIED: 403,
     errors.RATE_LIMITED: 429,
     errors.FORBIDDEN: 403,
+    errors.INVALID_REFERENCE: 400,
     errors.IDEMPOTENCY_KEY_REUSED: 422,
     errors.NOT_UPGRADED: 409,
 }

@@ -23,7 +23,7 @@ from raftcron.state.queries import (
 )
 
 STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "cancelled")
-KINDS = ("scheduled", "manual", "backfill")
+KINDS = ("scheduled", "manual", "backfill", "chained")
 
 
 def _cursor(raw: str) -> tuple[int, str]:
@@ -50,8 +50,11 @@ async def list_occurrences(request: Request) -> Response:
     if kind is not None:
         if kind not in KINDS:
             raise ValidationError("kind", f"must be one of {', '.join(KINDS)}")
-        where.append("kind = ?")
-        params.append(kind)
+        if kind == "chained":  # stored as manual runs with an upstream
+            where.append("upstream IS NOT NULL")
+        else:
+            where.append("kind = ?" + (" AND upstream IS NULL" if kind == "manual" else ""))
+            params.append(kind)
     if "since" in q:
         since = parse_iso_ms(q["since"], "since")
         where.append("scheduled_for_ms >= ?")

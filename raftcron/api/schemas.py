@@ -15,6 +15,7 @@ from raftcron.api import alerts, jobs, tenants, workers
 from raftcron.api.context import CONSISTENT_VALUES
 from raftcron.core import calendar, model, one_time
 from raftcron.core.ahead import REFUSAL_REASONS
+from raftcron.core.chains import CHAIN_ON
 from raftcron.core.schedule import MAX_CRON_LENGTH, ScheduleError, compile_schedule
 from raftcron.core.secrets import SECRET_NAME_RE
 from raftcron.core.tenant_policy import MAX_PATTERNS, TARGET_KINDS
@@ -236,8 +237,18 @@ JOB_INPUT["properties"].update({
                                         "pattern": anchored(model.LABEL_VALUE_RE)},
                "description": "name -> value, selects jobs for POST /v1/jobs:pause"},
 })
+JOB_INPUT["properties"]["after"] = {
+    "type": "object", "required": ["job"], "additionalProperties": False,
+    "properties": {"job": {**JOB_ID, "description": "a job of the same tenant; no cycle"},
+                   "on": {"enum": list(CHAIN_ON), "default": "success",
+                          "description": "success: the upstream run succeeded; failure: it "
+                                         "failed after its last retry; finish: either"}},
+    "description": "a chained job, instead of a schedule: one run for each run of `job` "
+                   "that ends as `on` says, with the upstream's occurrence id and outcome",
+}
 JOB_INPUT["required"] = ["id", "target"]
-JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]}]
+JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]},
+                      {"required": ["after"]}]
 # PUT takes the id from the URL; a body may repeat it (an exported job put back as it is).
 JOB_REPLACE: dict[str, Any] = {
     **JOB_INPUT, "required": ["target"],

@@ -195,6 +195,8 @@ def compute_herd(specs: list[str], start_ms: int, hours: int, bucket_s: int,
     whole_minutes = bucket_s % 60 == 0 and start_s % 60 == 0
     for spec_text in specs:
         job = Job.from_spec(json.loads(spec_text))
+        if job.after is not None:
+            continue  # a chained job has no instants of its own to count
         cals = [(calendars or {})[n] for n in job.calendars if n in (calendars or {})]
         # Several schedules, calendars, or a one-time or interval schedule: one step per
         # instant (a cron one counts a minute of seconds at once).

@@ -47,6 +47,9 @@ CONFLICT = "conflict"
 QUOTA_EXCEEDED = "quota_exceeded"
 RATE_LIMITED = "rate_limited"
 FORBIDDEN = "forbidden"
+# A definition that names something the state refuses it to name: a chain's upstream that
+# does not exist in the job's tenant, or one that closes a cycle (state.chains).
+INVALID_REFERENCE = "invalid_reference"
 IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 POLICY_DENIED = "policy_denied"
 # A feature whose entries some member's build cannot read yet (core.protocol).

@@ -3,7 +3,8 @@
 A scheduled occurrence is named by its job and nominal instant, so two leaders that
 claim the same instant produce the same id (and the database's UNIQUE constraint makes
 the final call). Manual runs are named by their idempotency key, backfills by instant
-and request key. The idempotency key handed to a job is its occurrence id.
+and request key, a chained job's runs by the upstream occurrence that
+started them. The idempotency key handed to a job is its occurrence id.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def manual_occurrence_id(job_id: str, idempotency_key: str) -> str:
 
 def backfill_occurrence_id(job_id: str, scheduled_for_ms: int, request_key: str) -> str:
     return f"{job_id}@backfill-{_short_hash(request_key, 12)}-{ms_to_iso(scheduled_for_ms)}"
+
+
+def chained_occurrence_id(job_id: str, upstream_occurrence_id: str) -> str:
+    """A chained job's run for one upstream occurrence (core.chains): one per pair."""
+    return f"{job_id}@after-{_short_hash(upstream_occurrence_id, 20)}"
 
 
 def is_backfill(occurrence_or_attempt_id: str) -> bool:

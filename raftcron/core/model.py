@@ -13,7 +13,17 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from raftcron.core.chains import After, after_from_spec, parse_after
 from raftcron.core.errors import ValidationError
+from raftcron.core.job_parts import LABEL_VALUE_RE as LABEL_VALUE_RE  # re-exported
+from raftcron.core.job_parts import MAX_CALENDARS as MAX_CALENDARS  # re-exported
+from raftcron.core.job_parts import MAX_LABELS as MAX_LABELS  # re-exported
+from raftcron.core.job_parts import (
+    NAME_RE,
+    check_run_bounds,
+    parse_calendar_names,
+    parse_labels,
+)
 from raftcron.core.one_time import (
     IntervalSchedule,
     OnceSchedule,
@@ -29,7 +39,6 @@ from raftcron.core.secrets import is_secret_ref
 from raftcron.core.timefmt import clamp_accepted, ms_to_iso, parse_iso_ms
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 MISFIRE_POLICIES = ("skip", "run_once", "catch_up")
 OVERLAP_POLICIES = ("allow", "forbid", "replace", "buffer_one")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -42,9 +51,6 @@ MAX_HEADER_VALUE_LEN = 4096
 MAX_NOTIFY = 10
 MAX_JITTER_S = 3600
 MAX_SCHEDULES = 16
-MAX_CALENDARS = 8
-MAX_LABELS = 16
-LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 DEFAULT_ACK_TIMEOUT_S = 3
 MAX_ACK_TIMEOUT_S = 600
 WEEK_S = 86_400 * 7
@@ -77,7 +83,7 @@ _TOP_LEVEL = {
     "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
     "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "target", "queue", "paused",
     "notify", "start_deadline_s", "min_duration_s", "max_duration_s", "alert_after_failures",
-    "concurrency_group", "schedules", "calendars", "labels",
+    "concurrency_group", "schedules", "calendars", "labels", "after",
 }
 _SCHEDULE_KEYS = {"cron", "timezone", "dst_gap", "dst_fold", "jitter_s", "start_at", "end_at",
                   "at", "every", "anchor"}
@@ -145,6 +151,9 @@ class Job:
     schedules: tuple[Schedule, ...] = field(default_factory=tuple)
     calendars: tuple[str, ...] = field(default_factory=tuple)
     labels: dict[str, str] = field(default_factory=dict)
+    # The job whose ends start this one (core.chains); None: a scheduled job. A chained job
+    # has an empty schedule (it fires at no instant of its own); left out of a spec when None.
+    after: After | None = None
 
     def fire_times(self) -> ScheduleSet:
         """The union of the job's schedules: what every reader of fire times uses."""
@@ -181,6 +190,10 @@ class Job:
             d["calendars"] = list(self.calendars)
         if self.labels:
             d["labels"] = dict(self.labels)
+        if self.after is None:
+            del d["after"]
+        else:
+            d["after"] = self.after.to_spec()
         return d
 
     @staticmethod
@@ -191,6 +204,7 @@ class Job:
         d["schedules"] = tuple(schedule_from_spec(s) for s in d.get("schedules") or ())
         d["calendars"] = tuple(d.get("calendars") or ())
         d["labels"] = dict(d.get("labels") or {})
+        d["after"] = after_from_spec(d.get("after"))
         return Job(**d)
 
     def fields_differing_from(self, other: Job, *, compare_paused: bool = True) -> list[str]:
@@ -214,8 +228,8 @@ class Job:
             if "every_s" in sched:  # as it was given: "90m", and the anchor as an instant
                 sched["every"] = every_text(sched.pop("every_s"))
                 sched["anchor"] = ms_to_iso(sched.pop("anchor_ms"))
-        if "schedules" in d:
-            del d["schedule"]  # a job with several shows them as it was given them
+        if "schedules" in d or self.after is not None:
+            del d["schedule"]  # as it was given: several, or none for a chained job
         d.setdefault("calendars", [])
         d.setdefault("labels", {})
         d["target"] = renderable(d["target"])
@@ -480,50 +494,6 @@ def parse_schedules(value: Any, job_id: str) -> tuple[Schedule, ...]:
     return tuple(out)
 
 
-def parse_calendar_names(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or len(value) > MAX_CALENDARS:
-        raise ValidationError("calendars", f"must be a list of at most {MAX_CALENDARS} "
-                              "calendar names")
-    for i, name in enumerate(value):
-        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-            raise ValidationError(f"calendars.{i}",
-                                  "must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    if len(set(value)) != len(value):
-        raise ValidationError("calendars", "names a calendar twice")
-    return tuple(value)
-
-
-def parse_labels(value: Any) -> dict[str, str]:
-    """`labels`: at most MAX_LABELS keys (names) with values of 0-64 name characters,
-    the handle of a bulk pause (`POST /v1/jobs:pause {"label": "team=billing"}`)."""
-    if not isinstance(value, dict) or len(value) > MAX_LABELS:
-        raise ValidationError("labels", f"must be an object of at most {MAX_LABELS} labels")
-    for key, val in value.items():
-        if not NAME_RE.fullmatch(key):
-            raise ValidationError("labels", f"label name {key[:70]!r} must be 1-64 "
-                                  "characters of A-Z a-z 0-9 . _ -")
-        if not isinstance(val, str) or not LABEL_VALUE_RE.fullmatch(val):
-            raise ValidationError(f"labels.{key}", "must be 0-64 characters of "
-                                  "A-Z a-z 0-9 . _ -")
-    return dict(value)
-
-
-def check_run_bounds(ints: dict[str, int | None]) -> None:
-    """The duration bounds must leave room for a run: `min_duration_s` at most
-    `max_duration_s`, and both below `max_runtime_s` (a run is killed at that age, so a
-    bound at or past it could never be reached)."""
-    lo, hi, kill = ints["min_duration_s"], ints["max_duration_s"], ints["max_runtime_s"]
-    if lo is not None and hi is not None and lo > hi:
-        raise ValidationError("min_duration_s", "must be at most max_duration_s")
-    if kill is not None:
-        if hi is not None and hi >= kill:
-            raise ValidationError("max_duration_s", "must be less than max_runtime_s "
-                                  "(a run is killed at max_runtime_s)")
-        if lo is not None and lo >= kill:
-            raise ValidationError("min_duration_s", "must be less than max_runtime_s "
-                                  "(a run is killed at max_runtime_s)")
-
-
 def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     """Build a validated `Job` from client JSON. `job_id` (from the URL) wins over the body."""
     if not isinstance(data, dict):
@@ -548,8 +518,16 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
             schedule, schedules = replace(schedule, name=None), ()
     elif "schedule" in data:
         schedule = parse_schedule(data["schedule"], jid)
+    elif "after" in data:
+        schedule = Schedule()  # a chained job fires at no instant of its own
     else:
-        raise ValidationError("schedule", "is required (or schedules)")
+        raise ValidationError("schedule", "is required (or schedules, or after)")
+    after = None
+    if "after" in data:
+        after = parse_after(data["after"], jid)
+        if "schedule" in data or "schedules" in data:
+            raise ValidationError("after", "a chained job has no schedule: give either "
+                                  "after or a schedule, not both")
     if "target" not in data:
         raise ValidationError("target", "is required")
     target = parse_target(data["target"])
@@ -580,6 +558,7 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         schedules=schedules,
         calendars=parse_calendar_names(data.get("calendars", [])),
         labels=parse_labels(data.get("labels", {})),
+        after=after,
     )
 
 

@@ -217,10 +217,30 @@ def _local(t: int, zone: ZoneInfo) -> datetime:
     return (_EPOCH + timedelta(seconds=t)).astimezone(zone).replace(tzinfo=None)
 
 
+@dataclass(frozen=True, slots=True)
+class NeverSchedule:
+    """The schedule of a chained job (core.chains): no instant of its own. Its runs come
+    from its upstream's ends, which are not instants a clock can name ahead."""
+
+    timezone: str = "UTC"
+
+    def next_after(self, ts: int) -> int | None:
+        return None
+
+    def iter_between(self, after: int, until: int) -> Iterator[int]:
+        return iter(())
+
+    def describe(self) -> str:
+        return "no schedule of its own: runs after another job"
+
+
 def compile_kind(cron: str, at: tuple[str, ...], every_s: int | None, anchor_ms: int | None,
                  timezone: str, dst_gap: str, dst_fold: str, *, hash_key: str = ""
-                 ) -> CronSchedule | OnceSchedule | IntervalSchedule:
-    """A schedule of any kind compiled to what answers its fire instants."""
+                 ) -> CronSchedule | OnceSchedule | IntervalSchedule | NeverSchedule:
+    """A schedule of any kind compiled to what answers its fire instants (a chained job's
+    empty one to `NeverSchedule`)."""
+    if not cron and not at and every_s is None:
+        return NeverSchedule(timezone)
     if at:
         return compile_once(at, timezone, dst_gap, dst_fold)
     if every_s is not None:

@@ -138,6 +138,7 @@ JOB_FIELD_LEVELS: dict[str, Requirement] = {
     "min_duration_s": Requirement(2, "run bounds", "min_duration_s"),
     "max_duration_s": Requirement(2, "run bounds", "max_duration_s"),
     "alert_after_failures": Requirement(2, "run bounds", "alert_after_failures"),
+    "after": Requirement(2, "chains", "after"),
 }
 
 # A claim item with the names of the schedules that matched (older builds take 5 fields).

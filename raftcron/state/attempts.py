@@ -6,6 +6,7 @@ import sqlite3
 from typing import Any
 
 from raftcron.core import errors, identity, policy
+from raftcron.core.chains import upstream_of
 from raftcron.core.commands import Complete, Heartbeat, Lease, Release, Sweep
 from raftcron.core.model import DEFAULT_ACK_TIMEOUT_S
 from raftcron.core.protocol import (
@@ -40,6 +41,7 @@ from raftcron.state.attempt_rows import load_attempt as _load
 from raftcron.state.attempt_rows import load_attempts as _load_many
 from raftcron.state.attempt_rows import load_specs as _load_specs
 from raftcron.state.cancellation import cancelled_by, end_cancelled
+from raftcron.state.chains import start_followers
 from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, parse_spec, rejected
 from raftcron.state.db import META_FENCING_SEQ, META_UNACKED_LEASES
@@ -51,7 +53,8 @@ NOT_ACKNOWLEDGED = "not acknowledged"
 
 LEASE_LOAD = (
     "SELECT a.id, a.occurrence_id, a.job_id, a.number, a.status, a.not_before_ms, "
-    "o.scheduled_for_ms, o.kind, j.spec, a.tenant, j.paused FROM attempts a "
+    "o.scheduled_for_ms, o.kind, j.spec, a.tenant, j.paused, o.upstream, o.upstream_outcome "
+    "FROM attempts a "
     "JOIN occurrences o ON o.id = a.occurrence_id LEFT JOIN jobs j ON j.id = a.job_id "
     "WHERE a.id IN ({marks})"
 )
@@ -159,6 +162,7 @@ def lease(ctx: ApplyContext, cmd: Lease) -> dict[str, Any]:
             # The run's own instant, not `start`: a leader whose clock jumped ahead before its
             # guard noticed would otherwise name its own wrong "now" as the instant.
             **({"start_at_ms": not_before} if cmd.ahead_ms else {}),
+            **({"upstream": upstream_of(row[11], row[12])} if row[11] else {}),
         })
     update_all(conn, "attempts", "status = 'running', worker_id = ?, leased_ms = ?, "
                "heartbeat_ms = ?, acked_ms = NULL",
@@ -178,6 +182,7 @@ def _fail_outside_policy(ctx: ApplyContext, row: tuple, why: str, now_ms: int) -
         "UPDATE attempts SET status = 'failed', finished_ms = ?, error = ? WHERE id = ?",
         (now_ms, why, attempt_id))
     _finish_occurrence(ctx, occ_id, "failed", now_ms, "policy")
+    start_followers(ctx, [(job_id, occ_id, "failed")], now_ms)
     run_alerts.after_failure(ctx, job_id, occ_id, parse_spec(row[8]), now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
@@ -348,6 +353,7 @@ def retry_or_fail(ctx: ApplyContext, att: tuple, spec: dict | None, now_ms: int,
         )
         return
     _finish_occurrence(ctx, occ_id, "failed", ended_ms, why)
+    start_followers(ctx, [(att[A_JOB], occ_id, "failed")], now_ms)
     run_alerts.after_failure(ctx, att[A_JOB], occ_id, spec, now_ms, why)
     ctx.enqueue_outbox(
         "occurrence.failed",
@@ -430,6 +436,8 @@ def complete(ctx: ApplyContext, cmd: Complete) -> dict[str, Any]:
                ("finished_ms", "started_ms", "exit_code", "output"), done_attempts)
     update_all(conn, "occurrences", "status = 'succeeded'", ("finished_ms",),
                done_occurrences)
+    start_followers(ctx, [(found[a[0]][A_JOB], o[0], "succeeded") for a, o in
+                          zip(done_attempts, done_occurrences, strict=True)], cmd.now_ms)
     _load_specs(conn, {found[a[0]][A_JOB] for a in done_attempts}, specs)
     run_alerts.after_successes(ctx, [(a[0], o[0], found[a[0]][A_JOB]) for a, o in
                                      zip(done_attempts, done_occurrences, strict=True)],

@@ -41,6 +41,14 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("tenants", "max_schedules", "INTEGER"),
     ("tenants", "max_pending_runs", "INTEGER"),
     ("attempts", "started_ms", "INTEGER"),
+    ("occurrences", "upstream", "TEXT"),
+    ("occurrences", "upstream_outcome", "TEXT"),
+)
+# Indexes on columns that COLUMN_MIGRATIONS may add: created after it.
+MIGRATED_INDEXES = (
+    # Invariant 1 for chains: at most one run of a chained job per upstream occurrence.
+    "CREATE UNIQUE INDEX IF NOT EXISTS occ_chained ON occurrences (job_id, upstream) "
+    "WHERE upstream IS NOT NULL",
 )
 
 
@@ -85,6 +93,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create missing tables and indexes, and add the columns an older database lacks."""
     conn.executescript(schema_sql())
     add_missing_columns(conn)
+    for statement in MIGRATED_INDEXES:
+        conn.execute(statement)
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

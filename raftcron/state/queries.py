@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from raftcron.core import identity
+from raftcron.core.chains import upstream_of
 from raftcron.core.model import Job
 from raftcron.core.secrets import redact_target
 from raftcron.core.timefmt import ms_to_iso
@@ -16,8 +17,8 @@ JOB_SELECT = (
 )
 OCC_SELECT = (
     "SELECT id, job_id, tenant, queue, kind, scheduled_for_ms, dispatch_at_ms, job_version, "
-    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms, schedules "
-    "FROM occurrences"
+    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms, schedules, "
+    "upstream, upstream_outcome FROM occurrences"
 )
 
 LAST_ID_INSTANT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
@@ -115,6 +116,8 @@ def job_to_api(row: tuple, *, reveal_secrets: bool = False) -> dict[str, Any]:
 
 
 def schedule_done(job: Job, watermark_ms: int | None) -> bool:
+    if job.after is not None:
+        return False  # a chained job is never done: its upstream may end again
     try:
         return job.fire_times().next_after(watermark_ms or 0) is None
     except ValueError:  # a stored schedule this build cannot compile: not known done
@@ -123,13 +126,17 @@ def schedule_done(job: Job, watermark_ms: int | None) -> bool:
 
 def occurrence_to_api(row: tuple) -> dict[str, Any]:
     return {
-        "id": row[0], "job_id": row[1], "tenant": row[2], "queue": row[3], "kind": row[4],
+        "id": row[0], "job_id": row[1], "tenant": row[2], "queue": row[3],
+        # A chained job's run is stored as a manual one with its upstream beside it.
+        "kind": "chained" if len(row) > 16 and row[16] else row[4],
         "scheduled_for": ms_to_iso(row[5]), "dispatch_at": ms_to_iso(row[6]),
         "job_version": row[7], "status": row[8], "reason": row[9],
         "idempotency_key": row[10], "attempts": row[11], "epoch": row[12],
         "created_at": ms_to_iso(row[13]), "finished_at": ms_to_iso(row[14]),
         # The schedules that named the instant (a job with several; null otherwise).
         "schedules": json.loads(row[15]) if len(row) > 15 and row[15] else None,
+        # The upstream run that started a chained job's run (null for other runs).
+        "upstream": upstream_of(row[16], row[17]) if len(row) > 17 else None,
     }
 
 

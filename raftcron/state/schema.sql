@@ -31,6 +31,9 @@ CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs (id)
 -- ... and the start deadlines' scan.
 CREATE INDEX IF NOT EXISTS jobs_start_deadline ON jobs (id)
     WHERE json_extract(spec, '$.start_deadline_s') IS NOT NULL;
+-- The chained jobs, by the job they follow (state.chains, on every ended run).
+CREATE INDEX IF NOT EXISTS jobs_after ON jobs (json_extract(spec, '$.after.job'))
+    WHERE json_extract(spec, '$.after') IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS occurrences (
     id               TEXT PRIMARY KEY,
@@ -51,7 +54,12 @@ CREATE TABLE IF NOT EXISTS occurrences (
     finished_ms      INTEGER,
     -- The names of the schedules that named this instant, a JSON list, for a job with
     -- several (NULL for a job with one). Added later: see db.COLUMN_MIGRATIONS
-    schedules        TEXT
+    schedules        TEXT,
+    -- A chained job's run (core.chains): the upstream occurrence that started it and how
+    -- that ended (succeeded or failed); NULL for every other run. Added later (db.
+    -- COLUMN_MIGRATIONS); its UNIQUE index (db.MIGRATED_INDEXES) is one run per upstream.
+    upstream         TEXT,
+    upstream_outcome TEXT
 );
 -- Index shapes follow the write path: a claim inserts one row per job of a herd, all at
 -- about the same instant. An index led by job id takes those rows at a thousand places

@@ -72,6 +72,9 @@ class Lease:
     """Leased ahead: the monotonic instant (this process's clock) before which the run must
     not start, from the lease's `start_at_ms` and the answer's `server_now_ms`
     (core.ahead). None: it may start at once."""
+    upstream: Mapping[str, Any] | None = None
+    """A chained job's run: the upstream run that started it (`job_id`, `occurrence_id`,
+    `outcome`); None for every other run."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], server_now_ms: Any = None,
@@ -98,6 +101,7 @@ class Lease:
             ack_timeout_s=None if d.get("ack_timeout_s") is None else int(d["ack_timeout_s"]),
             http_rule=d.get("http_rule") if isinstance(d.get("http_rule"), Mapping) else None,
             start_at_ms=None if start_at is None else int(start_at),
+            upstream=d.get("upstream") if isinstance(d.get("upstream"), Mapping) else None,
             start_mono_s=start_mono,
         )
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
+from raftcron.core.chains import upstream_env, upstream_headers
 from raftcron.worker.client import Lease
 from raftcron.worker.egress import EgressRefused, pin
 from raftcron.worker.isolation import RunAs
@@ -350,6 +351,7 @@ def job_env(lease: Lease, base: Mapping[str, str] | None = None) -> dict[str, st
         "RAFTCRON_SCHEDULED_FOR": lease.scheduled_for,
         "RAFTCRON_FENCING_TOKEN": str(lease.fencing_token),
         "RAFTCRON_IDEMPOTENCY_KEY": lease.idempotency_key,
+        **upstream_env(lease.upstream),
     })
     return env
 
@@ -398,6 +400,7 @@ async def execute(
             extra_headers={
                 "Idempotency-Key": lease.idempotency_key,
                 "X-Raftcron-Fencing-Token": str(lease.fencing_token),
+                **upstream_headers(lease.upstream),
             },
             max_runtime_s=lease.max_runtime_s,
             cancel=cancel,

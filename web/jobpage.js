@@ -5,7 +5,7 @@
 
 import {
   $, el, td, scheduleText, statusBadge, sinceIso, shortTime, causeText, between, duration, render, forget, fillRows, api, say,
-  actionButton, idempotencyKey,
+  actionButton, idempotencyKey, jobLink,
 } from "./lib.js";
 import { CHANGES_PAGE, renderChanges } from "./jobchanges.js";
 
@@ -53,14 +53,20 @@ function scheduleList(j) {
 }
 
 function definitionRows(j) {
-  // A job with several schedules: the first stands for the zone and DST rows.
-  const s = j.schedule || j.schedules[0];
+  // A job with several schedules: the first stands for the zone and DST rows. A chained
+  // job has none: its runs come from its upstream's ends.
+  const s = j.schedule || (j.schedules ? j.schedules[0] : null) || {};
+  const followers = (j.chain && j.chain.followed_by) || [];
   const note = j.pause_note;
   const bounds = [s.start_at && `from ${shortTime(s.start_at)}`, s.end_at && `until ${shortTime(s.end_at)}`]
     .filter(Boolean).join(" ");
   return [
-    j.schedules ? ["Schedules", el("div", {}, j.describe, scheduleList(j))]
-      : ["Schedule", el("span", {}, j.describe, " ", el("code", {}, scheduleText(s)))],
+    j.after ? ["Runs after", el("span", { "data-chain": "after" }, jobLink(j.after.job),
+      ` on ${j.after.on}: one run for each of its runs that ends ${ON_TEXT[j.after.on]}`)]
+      : j.schedules ? ["Schedules", el("div", {}, j.describe, scheduleList(j))]
+        : ["Schedule", el("span", {}, j.describe, " ", el("code", {}, scheduleText(s)))],
+    followers.length ? ["Followed by", el("span", { "data-chain": "followed-by" },
+      ...followers.flatMap((f, i) => [i ? ", " : "", jobLink(f.job), ` (on ${f.on})`]))] : null,
     // A one-time job that fired, or a schedule past its end: nothing more will run.
     j.done ? ["State", el("span", { class: "status status-succeeded" },
       "done: its schedule names no further instant (its history stays)")] : null,
@@ -69,9 +75,9 @@ function definitionRows(j) {
       .map(([k, v]) => `${k}=${v}`).join(", ")] : null,
     note ? ["Bulk " + note.action.replace("paused", "pause").replace("resumed", "resume"),
       `${note.action} by ${note.by} ${sinceIso(note.at)}: ${note.note}`] : null,
-    ["Time zone", s.timezone],
-    ["DST", `gap: ${s.dst_gap}, fold: ${s.dst_fold}`],
-    ["Misfire", `${j.misfire_policy} (grace ${j.misfire_grace_s} s, catch up at most ${j.catch_up_max})`],
+    j.after ? null : ["Time zone", s.timezone],
+    j.after ? null : ["DST", `gap: ${s.dst_gap}, fold: ${s.dst_fold}`],
+    j.after ? null : ["Misfire", `${j.misfire_policy} (grace ${j.misfire_grace_s} s, catch up at most ${j.catch_up_max})`],
     ["Overlap", j.overlap_policy],
     ["Retries", `at most ${j.max_attempts} attempts, backoff ${j.retry_backoff_s} s`],
     ["Limits", [j.max_runtime_s ? `max runtime ${j.max_runtime_s} s` : "no max runtime",
@@ -88,6 +94,17 @@ function definitionRows(j) {
     ["Target", el("code", { class: "target" }, JSON.stringify(j.target))],
     s.jitter_s ? ["Jitter", `${s.jitter_s} s`] : null,
   ].filter(Boolean);
+}
+
+// What each `after.on` of a chained job follows, in words.
+const ON_TEXT = { success: "in success", failure: "in failure (after its last retry)", finish: "either way" };
+
+// A run's kind; a chained job's run names the upstream run that started it.
+function kindCell(o) {
+  if (!o.upstream) return td(o.kind);
+  return td(el("span", { "data-upstream": o.upstream.occurrence_id,
+    title: `started by ${o.upstream.occurrence_id}` }, "after ", jobLink(o.upstream.job_id),
+  ` ${o.upstream.outcome}`));
 }
 
 // The run bounds (each off unless set), as the job page and its tests read them.
@@ -196,7 +213,7 @@ function renderHistory(tbody, { occurrences }) {
     rows.push(el("tr", { "data-occurrence": o.id },
       td(shortTime(o.scheduled_for)),
       td(view.zone ? new Date(o.scheduled_for).toLocaleString("sv-SE", { timeZone: view.zone }) : "–"),
-      td(o.kind), td(statusBadge(o.status, o.reason)), td(o.attempts),
+      kindCell(o), td(statusBadge(o.status, o.reason)), td(o.attempts),
       td(between(o.dispatch_at, o.finished_at), { title: "from due to finished" }),
       el("td", {}, el("button", { type: "button", "aria-expanded": String(open),
         "aria-controls": detailsId, "data-key": `expand:${o.id}`,

@@ -172,7 +172,28 @@ async def plan(request: Request, jobs: list[Any], tenant: str, prune: bool,
                 expect[job_id] = row[2]
                 deletes.append([job_id, row[2]])
     answer["expect"] = expect
-    return answer, puts, deletes, unchanged
+    return answer, upstream_first(puts), deletes, unchanged
+
+
+def upstream_first(puts: list[list[Any]]) -> list[list[Any]]:
+    """The puts in their order, except that a chained job comes after the job it follows
+    when the plan holds that too (the state checks an upstream exists when it writes the
+    job). A cycle keeps its order, and the state refuses it."""
+    pending = list(puts)
+    ids = {spec["id"] for spec, _ in puts}
+    placed: set[str] = set()
+    ordered: list[list[Any]] = []
+    while pending:
+        ready = [p for p in pending
+                 if (p[0].get("after") or {}).get("job") not in ids - placed]
+        if not ready:
+            ordered.extend(pending)
+            break
+        for p in ready:
+            ordered.append(p)
+            placed.add(p[0]["id"])
+        pending = [p for p in pending if p[0]["id"] not in placed]
+    return ordered
 
 
 async def apply_jobs(request: Request) -> JSONResponse:

@@ -110,13 +110,20 @@ async def job_page(request: Request) -> JSONResponse:
     row = await ctx.fetchone("SELECT spec FROM jobs WHERE id = ?", (job_id,))
     job = Job.from_spec(json.loads(row[0]))
     calendars = await compiled_calendars_of(ctx, job)
+    detail["chain"] = {"after": job.after.to_spec() if job.after else None,
+                       "followed_by": await followers_of(ctx, job)}
     try:
         detail["describe"] = job.fire_times().describe()
         detail["upcoming"] = upcoming_fires(job, after_ms, count, calendars)
     except ScheduleError as e:
         detail["describe"] = f"the schedule does not compile: {e}"
         detail["upcoming"] = []
+    if job.after is not None:
+        detail["describe"] = job.after.describe()
     if any(name in request.query_params for name in PROPOSAL_PARAMS):
+        if job.after is not None:
+            raise ValidationError("cron", "a chained job has no schedule to propose a "
+                                  "change of: its runs follow its upstream")
         # A job with several schedules: the proposal edits its first, as a single one.
         current = detail.get("schedule") or {
             k: v for k, v in detail["schedules"][0].items() if k != "name"}
@@ -128,6 +135,16 @@ async def job_page(request: Request) -> JSONResponse:
 
 
 PROPOSAL_PARAMS = ("cron", "timezone", "dst_gap", "dst_fold")
+
+
+async def followers_of(ctx: Any, job: Job) -> list[dict[str, str]]:
+    """The chained jobs of the job's tenant that run after it (core.chains)."""
+    rows = await ctx.fetchall(
+        "SELECT id, json_extract(spec, '$.after.on') FROM jobs "
+        "WHERE json_extract(spec, '$.after') IS NOT NULL "
+        "AND json_extract(spec, '$.after.job') = ? AND tenant = ? ORDER BY id",
+        (job.id, job.tenant))
+    return [{"job": r[0], "on": r[1]} for r in rows]
 
 
 def proposed_job(job: Job, schedule: dict[str, Any], request: Request) -> Job:

@@ -116,3 +116,9 @@ def schedule_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
     if every:
         entries.append({"every": every, **({"anchor": anchor} if anchor else {})})
     return entries
+
+
+def job_zone(job: dict[str, Any]) -> str:
+    """The zone a job's times are shown in: its (first) schedule's; UTC for a chained job."""
+    sched = job.get("schedule") or (job.get("schedules") or [{}])[0]
+    return sched.get("timezone", "UTC")

@@ -21,9 +21,11 @@ from raftcron.cli.common import (
     UsageError,
     client_for,
     fail,
+    job_zone,
     print_output,
     schedule_entries,
 )
+from raftcron.core.chains import CHAIN_ON
 
 # `job add` / `job edit` options for the run bounds (job fields of the same names).
 RUN_BOUND_OPTIONS = {
@@ -67,6 +69,13 @@ def _schedule_text(schedule: dict[str, Any]) -> str:
     return schedule["cron"]
 
 
+def schedule_cell(job: dict[str, Any]) -> str:
+    """A job's schedules in one cell; a chained job's upstream."""
+    if job.get("after"):
+        return f"after {job['after']['job']} ({job['after']['on']})"
+    return " | ".join(_schedule_text(s) for s in job.get("schedules") or [job["schedule"]])
+
+
 def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         body = _read_json(args.file)
@@ -91,6 +100,15 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
                 sched.pop(kind, None)
             sched.update(entries[0])
         sched.update(zone)
+    if args.after:
+        if entries:
+            raise UsageError("--after makes a chained job, which has no schedule: give "
+                             "--after or --cron/--at/--every, not both")
+        body.pop("schedule", None)
+        body.pop("schedules", None)
+        body["after"] = {"job": args.after, "on": args.on}
+    elif args.on != "success":
+        raise UsageError("--on goes with --after")
     if args.calendar:
         body["calendars"] = args.calendar
     if args.label:
@@ -163,10 +181,7 @@ def _job_action(args: argparse.Namespace, client: Any) -> int:
                ("id", "version", "next fire (UTC)"))
     elif action == "list":
         data = client.request("GET", "/v1/jobs", params={"limit": 500})
-        print_output(args, data, [(j["id"], j["tenant"], " | ".join(
-                                 _schedule_text(s)
-                                 for s in j.get("schedules") or [j["schedule"]]),
-                             (j.get("schedule") or j["schedules"][0])["timezone"],
+        print_output(args, data, [(j["id"], j["tenant"], schedule_cell(j), job_zone(j),
                              "paused" if j["paused"] else "active",
                              str(j["version"])) for j in data["jobs"]],
                ("id", "tenant", "cron", "timezone", "state", "version"))
@@ -334,7 +349,7 @@ def _backfill(args: argparse.Namespace, client: Any) -> None:
     if args.max_instants < 1:
         raise UsageError("--max-instants must be at least 1")
     job = client.request("GET", f"/v1/jobs/{args.job_id}")
-    sched = parse_job({k: job[k] for k in ("id", "schedule", "schedules", "target")
+    sched = parse_job({k: job[k] for k in ("id", "schedule", "schedules", "target", "after")
                        if k in job}).fire_times()  # every schedule of the job
     # Counted as they come: a range of years of a job firing every second would otherwise
     # be listed whole in memory (and backfilled whole) before anything is checked.
@@ -396,6 +411,12 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> Any:
             a.add_argument("--anchor",
                            help="with --every: one instant of the series (default 1970-01-01"
                                 "T00:00:00Z), e.g. 2026-01-01T00:15:00Z")
+            a.add_argument("--after", metavar="JOB",
+                           help="a chained job: one run for each run of JOB that ends as "
+                                "--on says (instead of a schedule)")
+            a.add_argument("--on", choices=CHAIN_ON, default="success",
+                           help="with --after: which ends of JOB's runs start this job "
+                                "(default success)")
             a.add_argument("--calendar", action="append",
                            help="a calendar whose exclusions the job skips (repeatable)")
             a.add_argument("--label", action="append", help="NAME=VALUE (repeatable)")

@@ -25,6 +25,7 @@ from raftcron.cli.common import (
     client_for,
     connection_args,
     exits_1_when_refused,
+    job_zone,
     table,
     url_path,
 )
@@ -154,7 +155,7 @@ def cmd_job_runs(args: argparse.Namespace) -> int:
                 "GET", f"/v1/occurrences/{url_path(occ['id'])}", retries=3)["attempt_list"]
     finally:
         client.close()
-    zone = (job.get("schedule") or job["schedules"][0])["timezone"]  # several: the first's
+    zone = job_zone(job)  # several schedules: the first's
     if args.json:
         print(json.dumps({"job_id": args.job_id, "timezone": zone,
                           "occurrences": occurrences}, indent=2))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from datetime import UTC, datetime
 
 from raftcron.core.timefmt import ms_to_iso
 
@@ -36,9 +37,19 @@ def backfill_occurrence_id(job_id: str, scheduled_for_ms: int, request_key: str)
     return f"{job_id}@backfill-{_short_hash(request_key, 12)}-{ms_to_iso(scheduled_for_ms)}"
 
 
-def chained_occurrence_id(job_id: str, upstream_occurrence_id: str) -> str:
-    """A chained job's run for one upstream occurrence (core.chains): one per pair."""
-    return f"{job_id}@after-{_short_hash(upstream_occurrence_id, 20)}"
+def chained_occurrence_id(job_id: str, upstream_occurrence_id: str, created_ms: int) -> str:
+    """A chained job's run for one upstream occurrence (core.chains), created at
+    `created_ms` (the entry's time, so every node names it alike). The pair (job, upstream)
+    is what is unique (the index occ_chained); the time leads the suffix so that a job's
+    chained runs sort by it, and a page of them reads from the end of their id range."""
+    when = datetime.fromtimestamp(created_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return (f"{job_id}@after-{when}.{created_ms % 1000:03d}Z-"
+            f"{_short_hash(upstream_occurrence_id, 12)}")
+
+
+def job_chained_occurrences(job_id: str) -> tuple[str, str]:
+    """The chained-run occurrence ids of a job, in the order of their creation."""
+    return f"{job_id}@after-", f"{job_id}@after."  # "." follows "-"
 
 
 def is_backfill(occurrence_or_attempt_id: str) -> bool:

@@ -94,9 +94,10 @@ def start_followers(ctx: ApplyContext, ended: Iterable[tuple[str, str, str]],
 def _start_one(ctx: ApplyContext, job_id: str, upstream_occ: str, outcome: str,
                now_ms: int) -> None:
     conn = ctx.conn
-    occ_id = identity.chained_occurrence_id(job_id, upstream_occ)
-    if conn.execute("SELECT 1 FROM occurrences WHERE id = ?", (occ_id,)).fetchone():
-        return
+    if conn.execute("SELECT 1 FROM occurrences WHERE job_id = ? AND upstream = ?",
+                    (job_id, upstream_occ)).fetchone():
+        return  # (job, upstream) is one run, ever
+    occ_id = identity.chained_occurrence_id(job_id, upstream_occ, now_ms)
     view = load_views(conn, {job_id}).get(job_id)
     upstream_tenant = conn.execute("SELECT tenant FROM occurrences WHERE id = ?",
                                    (upstream_occ,)).fetchone()

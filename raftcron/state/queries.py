@@ -39,9 +39,10 @@ def job_occurrence_page(
     instead. They come from the end of that range, already in the order of their instants
     (core.identity), and within the instant bounds given, so a page reads about `limit`
     rows however long the history. Backfill rows come the same way from the end of their
-    job's part of `occ_backfill`, led by job and instant. Manual ones (explicit triggers,
-    usually few) are read whole and merged in. `where` must hold the filters in full: the
-    bounds only narrow what is read.
+    job's part of `occ_backfill`, led by job and instant. Chained runs come from the end of
+    their id range (in creation order). Manual ones (explicit triggers, usually few) are read
+    whole and merged in. `where` must hold the filters in full: the bounds only narrow what
+    is read.
     """
     cond = "".join(f" AND {w}" for w in where)
     parts: list[str] = []
@@ -68,9 +69,13 @@ def job_occurrence_page(
                      f"AND kind = 'backfill'{bounds}{cond} "
                      "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?)")
         args += [job_id, *(ms for _, ms in instant_bounds), *params, limit]
-    if kind not in ("scheduled", "backfill"):
+    if kind in (None, "manual"):
         parts.append(f"{OCC_BY_ID} WHERE id >= ? AND id < ?{cond}")
         args += [*identity.job_manual_occurrences(job_id), *params]
+    if kind in (None, "chained"):  # ids in creation order: the newest from the range's end
+        parts.append(f"SELECT * FROM ({OCC_BY_ID} WHERE id >= ? AND id < ?{cond} "
+                     "ORDER BY id DESC LIMIT ?)")
+        args += [*identity.job_chained_occurrences(job_id), *params, limit]
     sql = (f"SELECT * FROM ({' UNION ALL '.join(parts)}) "
            "ORDER BY scheduled_for_ms DESC, id DESC LIMIT ?")
     return sql, (*args, limit)

@@ -61,7 +61,7 @@ def test_a_chained_job_gets_one_run_per_upstream_end_it_follows(node, on, outcom
         assert runs == []
         return
     [run] = runs
-    assert run["id"] == identity.chained_occurrence_id("b", up)
+    assert run["id"] == identity.chained_occurrence_id("b", up, T0 + MIN + 15)
     assert (run["upstream"], run["upstream_outcome"], run["status"]) == (up, outcome, "pending")
     att = node.attempt(identity.attempt_id(run["id"], 1))
     assert att["status"] == "pending" and att["not_before_ms"] == T0 + MIN + 15

@@ -22,6 +22,7 @@ from typing import Any
 from chaos import (
     checks_backup,
     checks_calendar,
+    checks_chains,
     checks_effects,
     checks_groups,
     checks_inputs,
@@ -51,7 +52,7 @@ COVERAGE_KINDS = (
     "manual_retries", "leader_kills", "quota_skips", "retention_prunes", "worker_clock_skew",
     "calendars", "several_schedules", "groups", "leased_ahead", "herd_leased_ahead",
     "before_start_skips", "pause_in_fault", "cancel_in_fault", "delete_in_fault",
-    "membership_in_fault",
+    "membership_in_fault", "chains",
 )
 # A herd run leased earlier than this before its instant went by the herd path (the
 # ordinary dispatch ahead leases at most the default lease_ahead_s, 2 s, early).
@@ -85,6 +86,8 @@ CHECKS = (
     *checks_marks.CHECKS,
     # concurrency groups (checks_groups)
     "group_limit_exceeded", "group_unobserved",
+    # chained jobs (checks_chains)
+    *checks_chains.CHECKS,
     # backup -> restore (checks_backup)
     "backup_missing", "backup_failed", "backup_digest_mismatch",
     # several schedules and calendars (checks_calendar)
@@ -205,6 +208,7 @@ def check_run(run: dict[str, Any],
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
                                             window_end, running_at_end, effect_at)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
+    chains = checks_chains.check_chains(rep, nodes, window_end)
     lateness = checks_lateness.check_lateness(
         rep, nodes, all_attempts, effects, ops, hist, windows, window_end,
         {t for t, q in quotas.items() if q.get("max_concurrent_runs") is not None},
@@ -238,6 +242,7 @@ def check_run(run: dict[str, Any],
     stats["coverage"]["retention_prunes"] = pruned
     stats["coverage"].update(checks_calendar.coverage(nodes))
     stats["coverage"]["groups"] = sum(groups["counted"].values())
+    stats["coverage"]["chains"] = chains
     checks_inputs.check_coverage(rep, stats["coverage"], required_coverage)
     unknown = sorted(set(rep.violations) - set(CHECKS))
     counts = {k: len(rep.violations.get(k, [])) for k in (*CHECKS, *unknown)}
@@ -316,8 +321,7 @@ def _check_duplicates(rep: Report, nodes: dict[str, Any], sink: list[dict[str, A
         if s.get("verdict") == "reject" or not s.get("occurrence"):
             continue
         occ = s["occurrence"]
-        kind = kinds.get(occ) or ("manual" if "@manual-" in occ else
-                                  "backfill" if "@backfill-" in occ else "scheduled")
+        kind = kinds.get(occ) or checks_effects.kind_from_id(occ)
         if kind == "scheduled" and s.get("scheduled_for"):
             seen[(s["job"], ts(s["scheduled_for"]) or 0)].add(occ)
     for (job, at), occs in seen.items():

@@ -228,8 +228,7 @@ def _check_early(rep: Report, offers: list[dict[str, Any]],
     for s in offers:
         sched = ts(s.get("scheduled_for"))
         occ = s.get("occurrence") or ""
-        kind = kinds.get(occ) or ("manual" if "@manual-" in occ else
-                                  "backfill" if "@backfill-" in occ else "scheduled")
+        kind = kinds.get(occ) or kind_from_id(occ)
         if kind != "scheduled" or sched is None or s.get("cluster_wall") is None:
             continue
         early = sched - s["cluster_wall"]
@@ -259,3 +258,12 @@ def _check_success_has_effect(rep: Report, offers: list[dict[str, Any]],
             if not ok:
                 rep.add("success_without_effect", node=nid, occurrence=o["id"],
                         succeeded_attempts=won)
+
+
+def kind_from_id(occ: str) -> str:
+    """An occurrence's kind from its id alone (for one no read shows: core.identity)."""
+    for marker, kind in (("@manual-", "manual"), ("@after-", "chained"),
+                         ("@backfill-", "backfill")):
+        if marker in occ:
+            return kind
+    return "scheduled"

@@ -21,12 +21,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from raftcron.core.chains import upstream_of
 from raftcron.core.timefmt import ms_to_iso
 
 OCC_SQL = (
     "SELECT id, job_id, tenant, queue, kind, scheduled_for_ms, dispatch_at_ms, job_version, "
-    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms, schedules "
-    "FROM occurrences WHERE scheduled_for_ms >= ? AND scheduled_for_ms <= ? ORDER BY id")
+    "status, reason, idempotency_key, attempts, epoch, created_ms, finished_ms, schedules, "
+    "upstream, upstream_outcome FROM occurrences "
+    "WHERE scheduled_for_ms >= ? AND scheduled_for_ms <= ? ORDER BY id")
 ATT_SQL = (
     "SELECT a.id, a.occurrence_id, a.number, a.status, a.not_before_ms, a.worker_id, "
     "a.fencing_token, a.leased_ms, a.heartbeat_ms, a.finished_ms, a.exit_code, a.error, "
@@ -41,12 +43,15 @@ def db_path(nodes_dir: Path, nid: str) -> Path:
 
 
 def _occurrence(r: tuple[Any, ...]) -> dict[str, Any]:
-    return {"id": r[0], "job_id": r[1], "tenant": r[2], "queue": r[3], "kind": r[4],
+    # As the API shows them: a chained job's run (stored as manual) names its upstream.
+    return {"id": r[0], "job_id": r[1], "tenant": r[2], "queue": r[3],
+            "kind": "chained" if r[16] else r[4],
             "scheduled_for": ms_to_iso(r[5]), "dispatch_at": ms_to_iso(r[6]),
             "job_version": r[7], "status": r[8], "reason": r[9], "idempotency_key": r[10],
             "attempts": r[11], "epoch": r[12], "created_at": ms_to_iso(r[13]),
             "finished_at": ms_to_iso(r[14]),
-            "schedules": json.loads(r[15]) if r[15] else None}
+            "schedules": json.loads(r[15]) if r[15] else None,
+            "upstream": upstream_of(r[16], r[17])}
 
 
 def _attempt(r: tuple[Any, ...]) -> dict[str, Any]:

@@ -129,6 +129,20 @@ HERD_PERIOD_S = 10  # load_specs: the herd shares every tenth second
 CANCELLABLE_SLEEP_S = 8
 
 
+# Chains (checks_chains): `chain-down` runs after every end of `chain-up`, `chain-alarm`
+# after every failure of `fail-4s` (which always exits 1, after its last retry).
+CHAIN_UP, CHAIN_DOWN, CHAIN_ALARM = "chain-up", "chain-down", "chain-alarm"
+CHAIN_FOLLOWS = {CHAIN_DOWN: (CHAIN_UP, "finish"), CHAIN_ALARM: ("fail-4s", "failure")}
+
+
+def chain_specs() -> list[dict[str, Any]]:
+    """The chained jobs: created after the jobs they follow."""
+    fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
+    return [{"id": job, "after": {"job": up, "on": on}, "overlap_policy": "allow",
+             "target": {"shell": effect_cmd()}, **fast}
+            for job, (up, on) in CHAIN_FOLLOWS.items()]
+
+
 def lifecycle_specs() -> list[dict[str, Any]]:
     fast = {"heartbeat_timeout_s": 6, "retry_backoff_s": 1, "max_attempts": 3}
     return [
@@ -138,6 +152,8 @@ def lifecycle_specs() -> list[dict[str, Any]]:
          "target": {"shell": effect_cmd(CANCELLABLE_SLEEP_S)}, "heartbeat_timeout_s": 20,
          "retry_backoff_s": 1, "max_attempts": 3},
         {"id": DELETABLE, "schedule": {"cron": "* * * * * *"}, "overlap_policy": "allow",
+         "target": {"shell": effect_cmd()}, **fast},
+        {"id": CHAIN_UP, "schedule": {"cron": "*/3 * * * * *"}, "overlap_policy": "allow",
          "target": {"shell": effect_cmd()}, **fast},
     ]
 
@@ -327,6 +343,8 @@ class Driver:
         # Each creation is its own operation in the history, acknowledged on its own.
         with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
             list(pool.map(create, specs))
+        for spec in chain_specs():  # a chained job's upstream must exist first
+            create(spec)
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self.loop, name="driver", daemon=True)

@@ -208,7 +208,7 @@ def check_run(run: dict[str, Any],
     peak = checks_tenants.check_concurrency(rep, nodes, all_attempts, quotas, windows,
                                             window_end, running_at_end, effect_at)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
-    chains = checks_chains.check_chains(rep, nodes, window_end)
+    chains = checks_chains.check_chains(rep, nodes, ops, window_end)
     lateness = checks_lateness.check_lateness(
         rep, nodes, all_attempts, effects, ops, hist, windows, window_end,
         {t for t, q in quotas.items() if q.get("max_concurrent_runs") is not None},

@@ -5,9 +5,10 @@ failure of `fail-4s` (chaos/workload.py `CHAIN_FOLLOWS`). The product creates th
 downstream run in the same log entry that ends the upstream one, so on every node, in
 every state it reaches:
 
-- chain_missing: an upstream occurrence ended as the follower follows (ended before the
-  final reads, so the read cannot have fallen between the two) with no run of the
-  follower naming it;
+- chain_missing: an upstream occurrence ended as the follower follows with no run of the
+  follower naming it. Judged only for ends after the follower's creation was acknowledged
+  (an end before it owes nothing) and before the node's read (so the read cannot have
+  fallen between the two);
 - chain_duplicate: two runs of a follower naming one upstream occurrence;
 - chain_orphan: a follower's run naming an occurrence that is not one of its upstream's
   that ended that way (or that the node does not hold);
@@ -32,8 +33,21 @@ CHECKS = ("chain_missing", "chain_duplicate", "chain_orphan", "chain_outcome_wro
 END_MARGIN_S = 2.0
 
 
-def check_chains(rep: Report, nodes: dict[str, Any], window_end: float | None) -> int:
+def followers_created(ops: list[dict[str, Any]]) -> dict[str, float]:
+    """follower -> when its creation was acknowledged (cluster wall)."""
+    out: dict[str, float] = {}
+    for op in ops:
+        done = op.get("done") or {}
+        job = op["invoke"].get("job")
+        if op["f"] == "create" and job in CHAIN_FOLLOWS and done.get("type") == "ok":
+            out[job] = min(out.get(job, done["cluster_wall"]), done["cluster_wall"])
+    return out
+
+
+def check_chains(rep: Report, nodes: dict[str, Any], ops: list[dict[str, Any]],
+                 window_end: float | None) -> int:
     """The chain checks on every node; returns the coverage (upstream ends judged)."""
+    created = followers_created(ops)
     most = 0
     for nid, node in sorted(nodes.items()):
         if node.get("occurrences_incomplete"):
@@ -53,8 +67,10 @@ def check_chains(rep: Report, nodes: dict[str, Any], window_end: float | None) -
                 mine = runs.get(o["id"], [])
                 finished = ts(o.get("finished_at"))
                 if not mine:
-                    if cutoff is None or finished is None or finished > cutoff - END_MARGIN_S:
-                        continue  # ended too close to the read to be judged
+                    if (cutoff is None or finished is None or follower not in created
+                            or finished <= created[follower]
+                            or finished > cutoff - END_MARGIN_S):
+                        continue  # before the follower existed, or too close to the read
                     rep.add("chain_missing", node=nid, follower=follower, upstream=o["id"],
                             status=o["status"], finished_at=o.get("finished_at"))
                     continue

@@ -63,8 +63,9 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
             continue
         resp = done.get("response") or {}
         if op["f"] == "create":
-            if checked_here(inv["spec"]):
-                continue  # several schedules or calendars: chaos/checks_calendar.py
+            if checked_here(inv["spec"]) or inv["spec"].get("after"):
+                continue  # several schedules or calendars: chaos/checks_calendar.py; a
+                # chained job owes no instant (chaos/checks_chains.py)
             s = inv["spec"]["schedule"]
             out[inv["job"]][1] = {"cron": s["cron"], "tz": s.get("timezone", "UTC"),
                                   "gap": s.get("dst_gap", "auto"),
@@ -119,7 +120,7 @@ def job_versions(ops: list[dict[str, Any]], nodes: dict[str, Any]) -> dict[str, 
     for node in nodes.values():
         for job in node.get("jobs", []):
             v = job["version"]
-            if checked_here(job):
+            if checked_here(job) or job.get("after"):
                 continue
             if v not in out[job["id"]]:
                 s = job["schedule"]

@@ -109,6 +109,8 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         body["after"] = {"job": args.after, "on": args.on}
     elif args.on != "success":
         raise UsageError("--on goes with --after")
+    elif entries:
+        body.pop("after", None)  # a schedule given to a chained job ends its chain
     if args.calendar:
         body["calendars"] = args.calendar
     if args.label:

@@ -9,6 +9,9 @@ from chaos.report_model import Report
 from tests.chaos.test_checker import T0, iso
 
 END = T0 + 100
+# The followers' creations, acknowledged just before the first upstream end.
+CREATED = [{"f": "create", "invoke": {"job": job}, "done": {"type": "ok", "cluster_wall": T0}}
+           for job in ("chain-down", "chain-alarm")]
 
 
 def occ(job: str, n: int, status: str, finished: float | None = None,
@@ -26,7 +29,7 @@ def down(job: str, n: int, upstream_id: str, outcome: str) -> dict[str, Any]:
 
 def run(occurrences: list[dict[str, Any]]) -> tuple[dict[str, list], int]:
     rep = Report()
-    judged = check_chains(rep, {"n1": {"occurrences": occurrences}}, END)
+    judged = check_chains(rep, {"n1": {"occurrences": occurrences}}, CREATED, END)
     return dict(rep.violations), judged
 
 
@@ -62,3 +65,12 @@ def test_a_run_for_an_end_not_followed_or_not_held_is_an_orphan() -> None:
 def test_a_wrong_recorded_outcome_is_flagged() -> None:
     v, _ = run([occ("chain-up", 1, "failed"), down("chain-down", 2, "chain-up@1", "succeeded")])
     assert set(v) == {"chain_outcome_wrong"}
+
+
+def test_an_end_before_the_follower_existed_owes_nothing() -> None:
+    rep = Report()
+    late = [{"f": "create", "invoke": {"job": "chain-down"},
+             "done": {"type": "ok", "cluster_wall": T0 + 5}}]
+    check_chains(rep, {"n1": {"occurrences": [occ("chain-up", 1, "succeeded"),
+                                              occ("chain-up", 9, "succeeded")]}}, late, END)
+    assert [x["upstream"] for x in rep.violations["chain_missing"]] == ["chain-up@9"]

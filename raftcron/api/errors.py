@@ -42,6 +42,7 @@ REJECTION_STATUS = {
     errors.FORBIDDEN: 403,
     errors.IDEMPOTENCY_KEY_REUSED: 422,
     errors.NOT_UPGRADED: 409,
+    errors.INVALID_REFERENCE: 400,
 }
 
 

@@ -51,3 +51,6 @@ IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 POLICY_DENIED = "policy_denied"
 # A feature whose entries some member's build cannot read yet (core.protocol).
 NOT_UPGRADED = "cluster_not_upgraded"
+# A field names something that does not exist where it may (a job's notify channel):
+# the request is invalid, 400.
+INVALID_REFERENCE = "invalid_reference"

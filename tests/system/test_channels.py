@@ -355,3 +355,18 @@ def test_the_cli_puts_lists_shows_and_deletes_channels(cluster: LocalCluster) ->
     gone = cli("show", "cli-hook")
     assert gone.returncode == 1 and "does not exist" in gone.stderr
     assert cli("put", "x").returncode == 2
+
+
+def test_a_run_bound_alert_reaches_the_channel(cluster: LocalCluster,
+                                               servers: dict[str, Any]) -> None:
+    slack = servers["slack"]
+    assert put(cluster, "bounds", {"slack": {"webhook_url": f"{slack.url}/hook/bounds"}}
+               ).status_code == 201
+    add_job(cluster, cluster.ids[0], "quick", cron=NEVER, min_duration_s=60,
+            target={"shell": "true"}, notify=[{"channel": "bounds"}])
+    trigger(cluster, "quick")
+    got = wait_until(lambda: slack_messages(slack, "/hook/bounds"), 30,
+                     message="the too_fast alert at Slack")
+    check_slack_shape(got[0])
+    assert "Job quick finished too fast" in got[0]["text"]
+    assert "min_duration_s" in got[0]["text"] and "Occurrence:" in got[0]["text"]

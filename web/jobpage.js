@@ -326,12 +326,16 @@ export async function refreshJob() {
     return [job];
   }
   error.hidden = true;
-  view.zone = job.value.schedule.timezone;
+  // A job with several schedules: the first stands for the zone. A chained job has no
+  // schedule (its times are shown in UTC) and no schedule to edit.
+  const first = job.value.schedule || (job.value.schedules || [])[0] || null;
+  view.zone = first ? first.timezone : "UTC";
   view.job = job.value;
   offerZones(view.zone);
-  if (!view.editFilled) {
-    $("#edit-cron").value = job.value.schedule.cron || "";
-    $("#edit-timezone").value = job.value.schedule.timezone;
+  for (const sel of ["#h-edit", "#edit-form", "#edit-result"]) $(sel).hidden = !first;
+  if (!view.editFilled && first) {
+    $("#edit-cron").value = first.cron || "";
+    $("#edit-timezone").value = first.timezone;
     view.editFilled = true;
   }
   render("job", job.value, $("#job-definition"), renderDefinition);

@@ -83,7 +83,9 @@ export function td(content, attrs = {}) {
 }
 
 // A schedule in one line: its cron, its one-time times or its interval.
-export function scheduleText(s) {
+// A schedule in one line; a chained job (no schedule) shows what it runs after.
+export function scheduleText(s, after) {
+  if (!s) return after ? `after ${after.job} (${after.on})` : "";
   if (s.at) return `at ${[].concat(s.at).join(", ")}`;
   if (s.every) return `every ${s.every}${s.anchor ? ` from ${s.anchor}` : ""}`;
   return s.cron;

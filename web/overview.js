@@ -184,8 +184,8 @@ const SORT_KEYS = {
 };
 
 function matches(j, words) {
-  const hay = [j.id, j.tenant, j.queue, j.describe, scheduleText(j.schedule),
-    j.schedule.timezone, ...Object.entries(j.labels || {}).flat(), j.paused ? "paused" : "active",
+  const hay = [j.id, j.tenant, j.queue, j.describe, scheduleText(j.schedule, j.after),
+    j.schedule ? j.schedule.timezone : "", ...Object.entries(j.labels || {}).flat(), j.paused ? "paused" : "active",
     j.last_run ? j.last_run.status : "never"].join(" ").toLowerCase();
   return words.every((w) => hay.includes(w));
 }
@@ -213,7 +213,8 @@ function renderJobs(tbody) {
     return [
       el("th", { scope: "row" }, jobLink(j.id),
         j.tenant !== "default" ? el("span", { class: "muted" }, ` ${j.tenant}`) : null),
-      td(el("span", { title: `${scheduleText(j.schedule)} (${j.schedule.timezone})` }, j.describe)),
+      td(el("span", { title: j.schedule ? `${scheduleText(j.schedule)} (${j.schedule.timezone})`
+        : scheduleText(null, j.after) }, j.describe)),
       td(last ? el("span", {}, statusBadge(last.status, last.reason), " ",
         el("span", { class: "muted", title: `${last.kind} ${shortTime(last.scheduled_for)}` },
           sinceIso(last.scheduled_for))) : el("span", { class: "muted" }, "never ran")),

@@ -32,6 +32,7 @@ from raftcron.api import (
     status,
     workers,
 )
+from raftcron.api.channel_schemas import CHANNEL_INPUT
 from raftcron.api.schemas import (
     ATTEMPT_ID,
     BULK_PAUSE,
@@ -373,6 +374,17 @@ def _spec() -> dict[str, Any]:
                     "Create (201) or replace (200) a calendar (admin, or its tenant)",
                     body=CALENDAR_INPUT, params=TENANT, errors=RAFT_WRITE)),
                 "delete": _op("Delete a calendar; 409 naming the jobs while jobs list it",
+                              params=TENANT, errors=(404, *RAFT_WRITE)),
+            },
+            "/v1/channels": {"get": _op("Notification channels (a tenant token sees its "
+                                        "own)", params=[CONSISTENT])},
+            "/v1/channels/{name}": {
+                "get": _op("A notification channel and the jobs that name it (never its "
+                           "password)", params=[*TENANT, CONSISTENT], errors=(404,)),
+                "put": _also_created(_op(
+                    "Create (201) or replace (200) a notification channel (admin, or its "
+                    "tenant)", body=CHANNEL_INPUT, params=TENANT, errors=RAFT_WRITE)),
+                "delete": _op("Delete a channel; 409 naming the jobs while jobs name it",
                               params=TENANT, errors=(404, *RAFT_WRITE)),
             },
             "/v1/tenants": {"get": _op("Tenants with quotas (a tenant token sees its own)",

@@ -212,7 +212,10 @@ JOB_INPUT: dict[str, Any] = {
             'worker. Header values and URL credentials read as "***" for non-admins')},
         "queue": NAME,
         "paused": {"type": "boolean"},
-        "notify": {"type": "array", "maxItems": model.MAX_NOTIFY, "items": HTTP_URL},
+        "notify": {"type": "array", "maxItems": model.MAX_NOTIFY, "items": {"anyOf": [
+            HTTP_URL, {"type": "object", "required": ["channel"], "additionalProperties": False,
+                       "properties": {"channel": NAME},
+                       "description": "a notification channel of the job's tenant"}]}},
         "concurrency_group": {"type": ["string", "null"], "pattern": NAME["pattern"],
                               "description": "a concurrency group of the job's tenant: at "
                                              "most its limit of runs hold leases at once"},

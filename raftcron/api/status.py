@@ -87,18 +87,22 @@ async def jobs_overview(request: Request) -> JSONResponse:
     for row in rows[:MAX_JOBS]:
         job = job_to_api(row)
         # A job with several schedules shows its first as `schedule`, all as `schedules`.
-        first = job.get("schedule") or job["schedules"][0]
+        # A chained job has none: `schedule` is null, and `after` says what it follows.
+        first = job.get("schedule") or (job.get("schedules") or [None])[0]
         try:
-            described = Job.from_spec(json.loads(row[3])).fire_times().describe()
+            spec_job = Job.from_spec(json.loads(row[3]))
+            described = spec_job.after.describe() if spec_job.after \
+                else spec_job.fire_times().describe()
         except ScheduleError:
-            described = first.get("cron") or "(does not compile)"
+            described = (first or {}).get("cron") or "(does not compile)"
         occs = await ctx.fetchall(*recent_occurrences(row[0], per_job))
         timeline = [occurrence_to_api(o) for o in occs]
         out.append({
             "id": job["id"], "tenant": job["tenant"], "queue": job["queue"],
             "paused": job["paused"],
             "version": job["version"], "schedule": first, "describe": described,
-            "schedules": job.get("schedules"), "calendars": job["calendars"],
+            "schedules": job.get("schedules"), "after": job.get("after"),
+            "calendars": job["calendars"],
             "labels": job["labels"],
             "deadline_s": job["deadline_s"], "overlap_policy": job["overlap_policy"],
             "next_fire_times": next_fire_times(job, row),

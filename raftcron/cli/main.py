@@ -11,6 +11,7 @@ import sys
 
 from raftcron.cli import (
     calendars,
+    channels,
     deploy_init,
     groups,
     history,
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.register(sub, _Parser)
     calendars.register_bulk_pause(jsub)
     calendars.register(sub, _Parser)
+    channels.register(sub, _Parser)
     groups.register(sub, _Parser)
     status.register(sub)
     tokens.register(sub, _Parser)

@@ -162,6 +162,31 @@ class DeleteCalendar(Command):
 
 
 @dataclass(frozen=True, slots=True)
+class PutChannel(Command):
+    """Create or replace a notification channel (core.channels, canonical spec). Names
+    are cluster-wide, like calendars: another tenant's name is refused."""
+
+    TYPE: ClassVar[str] = "put_channel"
+    request_id: str
+    now_ms: int
+    channel: dict[str, Any]
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteChannel(Command):
+    """Delete a channel; refused (naming them) while a job's `notify` names it."""
+
+    TYPE: ClassVar[str] = "delete_channel"
+    request_id: str
+    now_ms: int
+    name: str
+    # The tenants the caller may write (None: admin, any); another's channel is absent.
+    tenants: list[str] | None = None
+    request_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyJobs(Command):
     """A plan of `apply -f` (api.apply), applied whole or not at all (state.apply_jobs).
 

@@ -47,8 +47,9 @@ CONFLICT = "conflict"
 QUOTA_EXCEEDED = "quota_exceeded"
 RATE_LIMITED = "rate_limited"
 FORBIDDEN = "forbidden"
-# A definition that names something the state refuses it to name: a chain's upstream that
-# does not exist in the job's tenant, or one that closes a cycle (state.chains).
+# A definition that names something the state refuses it to name (the request is invalid,
+# 400): a chain's upstream that does not exist in the job's tenant or closes a cycle
+# (state.chains), a notify channel that does not exist in it (state.channels).
 INVALID_REFERENCE = "invalid_reference"
 IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 POLICY_DENIED = "policy_denied"

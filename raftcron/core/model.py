@@ -24,6 +24,7 @@ from raftcron.core.job_parts import (
     parse_calendar_names,
     parse_labels,
 )
+from raftcron.core.notify_refs import parse_notify
 from raftcron.core.one_time import (
     IntervalSchedule,
     OnceSchedule,
@@ -137,7 +138,7 @@ class Job:
     deadline_s: int | None = None
     queue: str = "default"
     paused: bool = False
-    notify: tuple[str, ...] = field(default_factory=tuple)
+    notify: tuple[Any, ...] = field(default_factory=tuple)  # URLs, {"channel": name}
     # Run bounds, each off (None) unless set; specs stored before them decode as off.
     start_deadline_s: int | None = None
     min_duration_s: int | None = None
@@ -174,7 +175,7 @@ class Job:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
         d["schedule"] = _schedule_spec(self.schedule)
         d["target"] = copy.deepcopy(self.target)
-        d["notify"] = list(self.notify)
+        d["notify"] = [dict(e) if isinstance(e, dict) else e for e in self.notify]
         for name in RUN_BOUND_FIELDS:
             if d[name] is None:
                 del d[name]
@@ -534,12 +535,7 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
     paused = data.get("paused", False)
     if not isinstance(paused, bool):
         raise ValidationError("paused", "must be true or false")
-    notify = data.get("notify", [])
-    if not isinstance(notify, list) or len(notify) > MAX_NOTIFY:
-        raise ValidationError("notify", f"must be a list of at most {MAX_NOTIFY} webhook URLs")
-    for i, url in enumerate(notify):
-        if not is_http_url(url):
-            raise ValidationError(f"notify.{i}", "must be an http(s) URL")
+    notify = parse_notify(data.get("notify", []), MAX_NOTIFY, is_http_url)
     ints = {key: _int(data, key, *bounds) for key, bounds in JOB_INT_FIELDS.items()}
     check_run_bounds(ints)
     return Job(

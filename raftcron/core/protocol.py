@@ -32,7 +32,9 @@ The levels, read from `git log`:
   state-bounding quotas (core.tenant_policy.QUOTA_DEFAULTS) and a backfill that creates
   nothing for an instant the job already has waiting, running or done (apply); a run
   stopped because its job was deleted ends `job deleted`, not `replaced` (apply); a lease
-  handed back unrun after its run was asked to stop ends cancelled (apply). Level 2 is
+  handed back unrun after its run was asked to stop ends cancelled (apply); notification
+  channels (`PutChannel`, `DeleteChannel`, `{"channel": name}` entries in a job's
+  `notify`, and the `job.recovered` event apply writes for a job that names one). Level 2 is
   not released yet, so these apply rules joined it rather than making a level 3: two
   builds from before and after one of them, mixed in one cluster, could disagree on it.
 
@@ -71,6 +73,8 @@ COMMAND_LEVELS: dict[type[c.Command], Requirement] = {
     c.CancelOccurrence: Requirement(2, "cancel"),
     c.PutConcurrencyGroup: Requirement(2, "concurrency groups"),
     c.ConfirmClock: Requirement(2, "clock confirmations"),
+    c.PutChannel: Requirement(2, "notification channels"),
+    c.DeleteChannel: Requirement(2, "notification channels"),
 }
 
 # Optional fields of older command kinds: (kind, field) -> what needs them when they are
@@ -156,6 +160,8 @@ def _newest(reqs: list[Requirement]) -> Requirement | None:
 # A schedule of a job spec that is one-time (`at`) or an interval (`every_s`): an older
 # build's Schedule refuses those keys.
 SCHEDULE_KINDS = Requirement(2, "one-time and interval schedules", "schedule")
+# A `notify` entry naming a channel ({"channel": name}): an older build reads only URLs.
+NOTIFY_CHANNELS = Requirement(2, "notification channels", "notify")
 
 
 def _job_requirements(spec: Any) -> list[Requirement]:
@@ -165,6 +171,8 @@ def _job_requirements(spec: Any) -> list[Requirement]:
     schedules = [spec.get("schedule"), *(spec.get("schedules") or ())]
     if any(isinstance(s, dict) and ("at" in s or "every_s" in s) for s in schedules):
         reqs.append(SCHEDULE_KINDS)
+    if any(isinstance(e, dict) for e in spec.get("notify") or ()):
+        reqs.append(NOTIFY_CHANNELS)
     return reqs
 
 

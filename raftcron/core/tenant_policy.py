@@ -291,7 +291,7 @@ def url_violation(policy: TenantPolicy, url: str) -> str | None:
 # --- jobs --------------------------------------------------------------------------------
 
 def job_violation(policy: TenantPolicy, queue: str, target: dict[str, Any],
-                  notify: Sequence[str]) -> Violation | None:
+                  notify: Sequence[Any]) -> Violation | None:
     """The first field of a job that its tenant's policy refuses (None: it may run)."""
     if not policy.is_set:
         return None
@@ -307,6 +307,8 @@ def job_violation(policy: TenantPolicy, queue: str, target: dict[str, Any],
         if why:
             return Violation("target.http.url", why)
     for i, url in enumerate(notify):
+        if not isinstance(url, str):
+            continue  # a channel reference: its channel is checked (state.channels)
         why = url_violation(policy, url)
         if why:
             return Violation(f"notify[{i}]", why)

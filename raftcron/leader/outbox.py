@@ -5,7 +5,10 @@ raised or resolved, an occurrence failed), so reading it from the applied state 
 is committed: nothing is sent for a change that did not happen.
 
 Receivers are the cluster-wide `webhooks` plus, for events that name a job, the job's
-`notify` URLs. The body is JSON (`{"id", "event", "created_at", "data"}`, compact, sorted
+`notify` URLs and, for the events channels get, the channels it names (leader.channels:
+Slack, e-mail or webhook; each is one receiver with the same delivery rules).
+
+A webhook's body is JSON (`{"id", "event", "created_at", "data"}`, compact, sorted
 keys) and every request carries `Idempotency-Key: <outbox id>-<created ms>` and
 `X-Raftcron-Signature: sha256=<hex HMAC-SHA256 of the exact body bytes>`. Cluster-wide
 receivers are signed with the cluster webhook key, a job's `notify` URLs with the key of
@@ -38,7 +41,7 @@ import logging
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,7 +50,9 @@ import httpx
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import delivery
 from raftcron.core.commands import AckDeliveries, Command, RouteOutbox
+from raftcron.core.notify_refs import notify_urls
 from raftcron.core.timefmt import ms_to_iso
+from raftcron.leader import channels
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.leader.webhook_keys import KeyRing, load_keys
 from raftcron.state.db import ThreadReader
@@ -70,7 +75,7 @@ TIMEOUT_S = 5.0
 DELIVERY_DEADLINE_S = 10.0
 
 FRESH_SQL = (
-    "SELECT id, payload FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
+    "SELECT id, payload, event FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
     "(SELECT 1 FROM outbox_deliveries d WHERE d.outbox_id = o.id) ORDER BY id LIMIT ?"
 )
 # Due deliveries, at most `PER_RECEIVER` per receiver, each receiver's longest-due first (a
@@ -130,6 +135,9 @@ class Due:
     event: str
     payload: dict[str, Any]
     created_ms: int
+    # For a channel receiver: the channel (None: deleted) and what its message says.
+    channel: Any = None
+    facts: Any = None
 
 
 def route(webhooks: tuple[str, ...], payload: dict[str, Any],
@@ -234,8 +242,9 @@ class OutboxDelivery:
         """Routes for rows that have no delivery state yet (new rows, and rows written
         before per-receiver delivery existed)."""
         jobs: dict[str, tuple[str, list[str]] | None] = {}
+        notifies: dict[str, Any] = {}
         routes: list[list[Any]] = []
-        for oid, payload_text in conn.execute(FRESH_SQL, (ROUTE_BATCH * 5,)):
+        for oid, payload_text, event in conn.execute(FRESH_SQL, (ROUTE_BATCH * 5,)):
             payload = json.loads(payload_text)
             job_id = payload.get("job_id")
             job = None
@@ -244,17 +253,24 @@ class OutboxDelivery:
                     got = conn.execute("SELECT tenant, json_extract(spec, '$.notify') FROM jobs "
                                        "WHERE id = ?", (job_id,)).fetchone()
                     # The tenant's current policy decides, not the one the job was saved under.
-                    urls = tuple(json.loads(got[1])) if got and got[1] else ()
+                    notifies[job_id] = json.loads(got[1]) if got and got[1] else []
+                    urls = notify_urls(notifies[job_id])
                     allowed = list(allowed_notify_urls(conn, got[0], urls)) if urls else []
                     jobs[job_id] = (got[0], allowed) if got else None
                 job = jobs[job_id]
-            routes.append([oid, route(self.webhooks, payload, job)])
+            receivers = route(self.webhooks, payload, job)
+            if job is not None:
+                receivers += channels.channel_routes(conn, event, job[0], notifies[job_id],
+                                                     {r for r, _ in receivers})
+            routes.append([oid, receivers])
         return routes
 
     def _due_and_keys(self, conn: sqlite3.Connection, now: int) -> tuple[list[Due], KeyRing]:
         due = [Due(oid, receiver, signer, attempts, event, json.loads(payload), created)
                for oid, receiver, signer, attempts, event, payload, created
                in conn.execute(DUE_SQL, (now, PER_RECEIVER))]
+        due = [channels.with_channel(conn, d) if channels.is_channel(d.receiver) else d
+               for d in due]
         return due, load_keys(conn, self.secret)
 
     def start(self, client: httpx.AsyncClient, due: list[Due], keys: KeyRing) -> int:
@@ -267,7 +283,7 @@ class OutboxDelivery:
         for d in interleaved(due):
             if (d.outbox_id, d.receiver) in self._in_flight:
                 continue
-            host = receiver_origin(d.receiver)
+            host = d.channel.origin() if d.channel is not None else receiver_origin(d.receiver)
             if (len(self._tasks) >= PARALLEL or self._by_signer[d.signer] >= PER_SIGNER
                     or self._by_host[host] >= PER_HOST):
                 continue
@@ -290,7 +306,13 @@ class OutboxDelivery:
     async def _deliver_one(self, client: httpx.AsyncClient, d: Due, secret: bytes,
                            host: str) -> None:
         try:
-            error = await post_webhook(client, d, secret)
+            if channels.is_channel(d.receiver):
+                error = await channels.deliver(
+                    client, d.channel, d.facts, idempotency_key(d.outbox_id, d.created_ms),
+                    DELIVERY_DEADLINE_S,
+                    lambda url: post_webhook(client, replace(d, receiver=url), secret))
+            else:
+                error = await post_webhook(client, d, secret)
         except asyncio.CancelledError:
             self._in_flight.discard((d.outbox_id, d.receiver))
             raise

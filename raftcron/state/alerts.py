@@ -8,7 +8,7 @@ from raftcron.core import errors, identity
 from raftcron.core.commands import AckOutbox, AlertAction, Prune, RaiseAlert, ResolveAlert
 from raftcron.core.protocol import ALERT_REOCCURRENCE_LEVEL
 from raftcron.core.timefmt import ms_to_iso
-from raftcron.state import availability, job_history
+from raftcron.state import availability, channels, job_history
 from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, rejected
 
@@ -64,6 +64,7 @@ def open_alert(ctx: ApplyContext, alert_id: str, kind: str, reason: str, now_ms:
     if cause is not None:
         payload["cause"] = cause
     ctx.enqueue_outbox("alert.raised", payload, now_ms)
+    channels.note_alert(ctx, job_id, occurrence_id, kind, now_ms)
     return True
 
 

@@ -32,12 +32,15 @@ TABLES = {
     "calendars": "name",
     "job_pause_notes": "job_id",
     "job_history": "job_id, seq",
+    "channels": "name",
+    "channel_trouble": "job_id",
 }
 # Tables added after databases were first written: hashed only once they hold a row, so a
 # node of the previous version (no such table) and an upgraded one digest alike until then.
 ADDED_TABLES = frozenset({"alert_actions", "cluster_availability", "failure_streaks",
                           "cancellations", "concurrency_groups", "calendars",
-                          "job_pause_notes", "job_history"})
+                          "job_pause_notes", "job_history", "channels",
+                          "channel_trouble"})
 
 
 def _canonical(row: tuple, added: int) -> tuple:

@@ -12,6 +12,7 @@ from raftcron.core.model import Job
 from raftcron.state import job_history, run_alerts
 from raftcron.state.calendars import check_job_calendars
 from raftcron.state.chains import check_after
+from raftcron.state.channels import check_job_channels
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import TenantUsage, check_job_policy
 
@@ -40,6 +41,7 @@ def create_job(ctx: ApplyContext, job: Job, row: tuple | None, now_ms: int,
     over = (check_job_policy(ctx.conn, job.tenant, spec)
             or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
             or check_after(ctx.conn, job)
+            or check_job_channels(ctx.conn, job.tenant, job.notify)
             or usage.refuse_create(job.tenant, spec))
     if over is not None:
         return over
@@ -97,6 +99,7 @@ def put_job(ctx: ApplyContext, cmd: PutJob, usage: TenantUsage | None = None
     denied = (check_job_policy(ctx.conn, job.tenant, spec)
               or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
               or check_after(ctx.conn, job)
+              or check_job_channels(ctx.conn, job.tenant, job.notify)
               or usage.refuse_edit(job.tenant, json.loads(row[3]), spec))
     if denied is not None:
         return denied

@@ -29,6 +29,7 @@ from raftcron.state import (
     availability,
     calendars,
     cancellation,
+    channels,
     cluster_level,
     groups,
     jobs,
@@ -124,6 +125,8 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.Barrier: _barrier,
     c.PutCalendar: calendars.put_calendar,
     c.DeleteCalendar: calendars.delete_calendar,
+    c.PutChannel: channels.put_channel,
+    c.DeleteChannel: channels.delete_channel,
     c.BulkPause: calendars.bulk_pause,
     c.Prune: alerts.prune,
     c.PutTenant: tenants.put_tenant,
@@ -162,7 +165,7 @@ REQUEST_HASH_KEY = "_request_hash"
 DEDUPED = (c.PutJob, c.CreateJobs, c.DeleteJob, c.PauseJob, c.ResumeJob, c.TriggerManual,
            c.Backfill, c.Prune, c.PutTenant, c.RetryOutbox, c.SetWebhookKey, c.AlertAction,
            c.CancelOccurrence, c.PutConcurrencyGroup, c.PutCalendar, c.DeleteCalendar,
-           c.BulkPause, c.ApplyJobs)
+           c.BulkPause, c.ApplyJobs, c.PutChannel, c.DeleteChannel)
 
 
 class StateMachine:

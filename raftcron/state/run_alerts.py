@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from raftcron.state import channels
 from raftcron.state.alerts import close_alert, open_alert
 from raftcron.state.context import ApplyContext
 
@@ -45,6 +46,7 @@ def after_successes(ctx: ApplyContext, successes: list[tuple[str, str, str]], no
         spec = spec_of(job_id)
         if spec is None:
             continue
+        channels.after_success(ctx, job_id, occ_id, spec, now_ms)
         if spec.get("alert_after_failures") is not None:
             _end_streak(ctx, job_id, now_ms)
         if spec.get("min_duration_s") is not None:
@@ -87,6 +89,7 @@ def _check_too_fast(ctx: ApplyContext, attempt_id: str, occ_id: str, job_id: str
 def after_failure(ctx: ApplyContext, job_id: str, occ_id: str, spec: dict[str, Any] | None,
                   now_ms: int, why: str) -> None:
     """An occurrence of the job ended `failed` (no retry left)."""
+    channels.note_trouble(ctx, job_id, occ_id, spec, "occurrence.failed", now_ms)
     threshold = None if spec is None else spec.get("alert_after_failures")
     if threshold is None:
         return
@@ -110,3 +113,4 @@ def after_failure(ctx: ApplyContext, job_id: str, occ_id: str, spec: dict[str, A
 def forget_job(ctx: ApplyContext, job_id: str) -> None:
     """A deleted job's streak goes with it (a job made again later starts afresh)."""
     ctx.conn.execute("DELETE FROM failure_streaks WHERE job_id = ?", (job_id,))
+    channels.forget_job(ctx, job_id)

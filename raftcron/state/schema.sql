@@ -352,3 +352,23 @@ CREATE INDEX IF NOT EXISTS job_history_deletes ON job_history (at_ms, job_id)
 -- the spec of every job with one schedule.
 CREATE INDEX IF NOT EXISTS jobs_multi_schedule ON jobs (tenant)
     WHERE json_type(spec, '$.schedules') = 'array';
+
+-- Notification channels (core.channels): named Slack, e-mail or webhook destinations a
+-- job's `notify` names. `spec` is the canonical JSON (the e-mail password included: the
+-- leader sends the mail); a job names only channels of its own tenant, and a channel a
+-- job names cannot be deleted (state.channels).
+CREATE TABLE IF NOT EXISTS channels (
+    name       TEXT PRIMARY KEY,
+    tenant     TEXT NOT NULL,
+    spec       TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Jobs naming a channel whose channels were told of trouble (a failed run, an alert)
+-- since their last success: the next success writes `job.recovered` (state.channels).
+CREATE TABLE IF NOT EXISTS channel_trouble (
+    job_id        TEXT PRIMARY KEY,
+    occurrence_id TEXT,
+    event         TEXT NOT NULL,
+    since_ms      INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -11,8 +11,11 @@
   a calendar window's `end` after its `start` (swapped, or the window dropped when both
   are one instant); a job PUT's body `id` the one of its URL; the names of a job's
   `schedules` distinct (an unnamed one is named by its position, so an explicit name of
-  digits or a repeated one is replaced by a fresh one). Every other value goes out as
-  generated.
+  digits or a repeated one is replaced by a fresh one). References must name what
+  exists in the job's tenant (a 400 `invalid_reference` otherwise, as the descriptions
+  say): a chained job's `after.job` becomes one of `REFERENCE_JOBS` (not the job itself)
+  and a `notify` channel `REFERENCE_CHANNEL`, both of tenant `default`, which the job
+  then takes. Every other value goes out as generated.
 - The one exclusion: `POST /v1/leases` is a long poll. A `wait_s` within the range the
   schema declares (`x-long-poll`) keeps the request open that long when no run is due, so
   generated values in range are shortened to `LONG_POLL_CAP_S`; values outside the range
@@ -28,7 +31,11 @@ import schemathesis
 from hypothesis import strategies as st
 
 from raftcron.core.backfill import MAX_BACKFILL_SPAN_MS
-from raftcron.core.model import JOB_ID_RE
+from raftcron.core.model import JOB_ID_RE, NAME_RE
+
+# What the conformance test's node holds before the run (tests/system/test_api_contract).
+REFERENCE_JOBS = ("contract-up", "contract-up-2")
+REFERENCE_CHANNEL = "contract-chan"
 
 LONG_POLL_CAP_S = 0.2
 
@@ -174,6 +181,30 @@ def _keep_the_urls_job_id(case: Any, body: dict[str, Any]) -> None:
         body["id"] = job_id
 
 
+def _keep_references_existing(case: Any, body: dict[str, Any]) -> None:
+    """Point a well-formed `after.job` and `notify` channel at what the node holds."""
+    url_job = (case.path_parameters or {}).get("job_id")
+    jobs = body.get("jobs")
+    moved = False
+    for item in jobs if isinstance(jobs, list) else [body]:
+        if not isinstance(item, dict):
+            continue
+        after = item.get("after")
+        if isinstance(after, dict) and isinstance(after.get("job"), str) \
+                and JOB_ID_RE.fullmatch(after["job"]):
+            own = item.get("id") if isinstance(item.get("id"), str) else url_job
+            after["job"] = REFERENCE_JOBS[1 if own == REFERENCE_JOBS[0] else 0]
+            item["tenant"] = moved = "default"
+        notify = item.get("notify")
+        for entry in notify if isinstance(notify, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("channel"), str) \
+                    and NAME_RE.fullmatch(entry["channel"]):
+                entry["channel"] = REFERENCE_CHANNEL
+                item["tenant"] = moved = "default"
+    if moved and isinstance(jobs, list) and "tenant" in body:
+        body["tenant"] = "default"  # a plan's jobs are its tenant's
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: Any) -> None:
     """Every phase sends through here (filters and maps apply to some phases only)."""
@@ -184,6 +215,7 @@ def before_call(context: Any, case: Any, kwargs: Any) -> None:
         return
     _keep_ranges_ordered(case.operation.path, body)
     _keep_the_urls_job_id(case, body)
+    _keep_references_existing(case, body)
     long_poll = case.operation.definition.raw.get("x-long-poll") or {}
     field = long_poll.get("parameter")
     wait = body.get(field) if field else None

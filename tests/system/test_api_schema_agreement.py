@@ -69,6 +69,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with serving_cluster(Path(tmp_path_factory.mktemp("agreement")), nodes=1) as c:
         job = {"id": "agree", "schedule": {"cron": "0 9 * * *"}, "target": {"shell": "true"}}
         assert c.post("n1", "/v1/jobs", job).status_code == 201
+        # The upstream the chained cases follow (a valid id of no job is refused by the
+        # state with 400 invalid_reference, so the valid cases name this one).
+        up = {"id": CHAIN_UPSTREAM, "schedule": "0 9 * * *", "target": {"shell": "true"}}
+        assert c.post("n1", "/v1/jobs", up).status_code == 201
         yield c
 
 
@@ -86,6 +90,11 @@ JOB_TARGET_BASES = {"shell": {"shell": "true"}, "http": {"http": {"url": "https:
 SCHEDULE_KIND_BASES = {"at": {"at": "2030-01-01T09:00:00"}, "every": {"every": "1h"},
                        "anchor": {"every": "1h"}}
 PAIR = {"attempt_id": "a-1", "fencing_token": 1}
+CHAIN_UPSTREAM = "agree-up"
+# A job's `after` (a chained job, instead of a schedule): (valid, invalid).
+JOB_AFTER = ([{"job": CHAIN_UPSTREAM}, {"job": CHAIN_UPSTREAM, "on": "failure"}],
+             [{}, {"job": CHAIN_UPSTREAM, "when": "x"}, {"on": "finish"}, "agree-up", [], None])
+JOB_AFTER_JOB = ([CHAIN_UPSTREAM], ["", "a b", "x" * 129, 5, None])
 RUN_TIMES = {"started_ms": 1_790_000_000_000, "duration_ms": 200}
 
 
@@ -129,6 +138,8 @@ BASES: dict[tuple[str, str], tuple[dict[str, str], Any]] = {
     ("GET", "/v1/status/jobs/{job_id}"): ({"job_id": "agree"}, None),
     ("GET", "/v1/status/jobs/{job_id}/backfill-preview"): ({"job_id": "agree"}, None),
     ("PUT", "/v1/calendars/{name}"): ({"name": "agree-cal"}, lambda: {"exclude": []}),
+    ("PUT", "/v1/channels/{name}"): ({"name": "agree-chan"}, lambda: {
+        "webhook": {"url": "https://ex.test/h"}}),
     ("POST", "/v1/jobs:pause"): ({}, lambda: {"note": "why", "queue": "agree-none"}),
     ("POST", "/v1/jobs:resume"): ({}, lambda: {"note": "why", "queue": "agree-none"}),
     ("POST", "/v1/cluster/members"): ({}, lambda: {
@@ -197,7 +208,24 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
     "body": (["{}", {"secret": "payload"}, None], [5, {"secret": ""}, {"other": "x"}]),
     "notify": ([["https://hooks.test/a"], []], [["ftp://x"], ["https://"], ["http://["],
                                                 ["https://h.test"] * 11, "https://h.test",
+                                                [{"channel": "a b"}], [{"chan": "x"}],
                                                 None]),
+    # A valid name of no channel passes the schema and is refused by the state (400 too,
+    # naming notify.N.channel): only invalid names are sent here.
+    "channel": ([], ["a b", "", 5, None]),
+    # Channels (PUT /v1/channels/{name}).
+    "slack": ([{"webhook_url": "https://hooks.test/T/B/x"}],
+              [{}, {"webhook_url": "ftp://x"}, {"url": "https://h.test"}, "x", None]),
+    "webhook_url": (["https://hooks.test/T/B/x"], ["ftp://x", "https://", "", 5, None]),
+    "email": ([{"host": "smtp.ex.test", "from": "a@ex.test", "to": ["b@ex.test"]}],
+              [{}, {"host": "smtp.ex.test"}, "x", None]),
+    "host": (["smtp.ex.test", "10.0.0.1"], ["a b", "", "h" * 254, 5, None]),
+    "from": (["cron@ex.test"], ["cron", "A <a@ex.test>", "", 5, None]),
+    "to": ([["a@ex.test"], ["a@ex.test", "b@ex.test"]],
+           [[], ["x"], ["a@ex.test"] * 21, "a@ex.test", None]),
+    "username": (["cron"], ["a b", "", 5, None]),
+    "password": ([{"secret": "pw"}], [{"secret": ""}, {"name": "x"}, "pw", None]),
+    "webhook": ([{"url": "https://ex.test/h"}], [{}, {"url": "ftp://x"}, "x", None]),
     "note": (["why", "n" * 1000], ["", "   ", "n" * 1001, 5, None]),
     "worker_id": (["w", "host-12 ~!", "w" * 128], ["", "w" * 129, "w\u00e9", "w\n", 5]),
     "attempt_id": (["a-1", "a" * 512], ["", "a" * 513, 5]),
@@ -249,6 +277,10 @@ EXAMPLES: dict[str, tuple[list[Any], list[Any]]] = {
 }
 # Bulk pause takes exactly one selector: a case varying one removes the base's queue.
 BULK_PATHS = {"/v1/jobs:pause", "/v1/jobs:resume"}
+# A channel is exactly one kind: a case varying one removes the base's webhook.
+CHANNEL_KINDS = {"slack": {"webhook_url": "https://ex.test/s"},
+                 "email": {"host": "smtp.ex.test", "from": "a@ex.test", "to": ["b@ex.test"]},
+                 "webhook": {"url": "https://ex.test/h"}}
 SELECTORS = {"tenant", "queue", "label"}
 # Query cursors differ per listing: (valid, invalid).
 CURSORS = {
@@ -359,6 +391,8 @@ EXAMPLES_BY_PATH: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {
     # A PUT body may repeat its URL's job id (the description says so), and only that id.
     ("/v1/jobs/{job_id}", "id"): (["agree"], ["", "x" * 129, "a b", 7, None]),
     ("/v1/concurrency-groups/{name}", "tenant"): (["acme", "t" * 64], ["a b", "t" * 65]),
+    # An e-mail channel's password is the secret itself (any text), not a secret's name.
+    ("/v1/channels/{name}", "secret"): (["pw", "a b"], ["", "x" * 1025, 5, None]),
     ("/v1/tenants/{name}", "queues"): ([[], ["q1", "q1"]],
                                        [["a b"], [f"q{i}" for i in range(101)], "q"]),
 }
@@ -368,6 +402,10 @@ def _examples(method: str, path: str, where: str, field: Path_) -> tuple[list[An
     leaf = str(field[-1])
     if (path, leaf) in EXAMPLES_BY_PATH:
         return EXAMPLES_BY_PATH[path, leaf]
+    if where == "body" and tuple(field) == ("after",):
+        return JOB_AFTER
+    if where == "body" and tuple(field) == ("after", "job"):
+        return JOB_AFTER_JOB
     if leaf == "cursor":
         return CURSORS[path]
     if leaf == "tenant" and where == "query":
@@ -466,10 +504,20 @@ def request_of(spec: dict[str, Any], case: Case) -> tuple[bool, dict[str, Any], 
     kwargs: dict[str, Any] = {}
     body_schema = op.get("requestBody", {}).get("content", {}).get("application/json")
     body = make_body() if make_body is not None else None
+    if case.path == "/v1/channels/{name}" and case.field[0] in CHANNEL_KINDS:
+        body.pop("webhook")
+        if len(case.field) > 1:
+            body[case.field[0]] = copy.deepcopy(CHANNEL_KINDS[str(case.field[0])])
+        if case.field[1:2] in (("username",), ("password",)):  # they go together
+            body["email"].update(username="u", password={"secret": "pw"})
     if case.path in BULK_PATHS and case.field[0] in SELECTORS:
         body.pop("queue")
     if case.field[0] == "schedules" and isinstance(body, dict):
         body.pop("schedule", None)  # one form or the other
+    if case.where == "body" and case.field[0] == "after" and isinstance(body, dict):
+        body.pop("schedule", None)  # a chained job has none
+        if len(case.field) > 1:
+            body["after"] = {"job": CHAIN_UPSTREAM}
     if case.where == "body":
         _set(body, case.field, case.value)
         schema_valid = _op_validator(spec, body_schema["schema"]).is_valid(body)

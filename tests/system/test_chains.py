@@ -130,6 +130,12 @@ def test_each_upstream_end_starts_one_run_of_each_job_that_follows_it(tmp_path: 
         assert page["chain"]["after"] == {"job": "extract", "on": "failure"}
         assert page["describe"] == "after each failure of extract"
         assert page["upcoming"] == [] and page["done"] is False
+        overview = {j["id"]: j for j in c.get(leader, "/v1/status/jobs")["jobs"]}
+        assert overview["alarm"]["schedule"] is None
+        assert overview["alarm"]["after"] == {"job": "extract", "on": "failure"}
+        assert overview["alarm"]["describe"] == "after each failure of extract"
+        assert overview["alarm"]["next_fire_times"] == []
+        assert overview["extract"]["after"] is None
         listed = cli(c, "job", "list")
         assert "after extract (failure)" in listed.stdout, listed.stdout
         shown = cli(c, "job", "runs", "alarm")

@@ -48,5 +48,9 @@ CHANNEL_INPUT: dict[str, Any] = {
     "properties": {
         "tenant": NAME,
         "slack": SLACK, "email": EMAIL, "webhook": WEBHOOK,
+        "mute": {"type": ["string", "null"], "pattern": NAME["pattern"],
+                 "description": "a calendar of the channel's tenant: a message written "
+                                "while it excludes that instant is held, and one summary of "
+                                "what was held is sent when the window ends"},
     },
 }

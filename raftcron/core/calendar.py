@@ -182,6 +182,32 @@ class CompiledCalendar:
         return False
 
 
+# A muted message is held at most this long (a calendar that excludes everything would
+# otherwise hold it forever); the window is scanned second by second for its first hour
+# (a cron exclusion of some seconds of every minute ends within it), then by minute.
+MAX_HOLD_MS = 7 * 86_400_000
+_FINE_SCAN_S = 3600
+
+
+def window_end(cal: CompiledCalendar, at_ms: int, limit_ms: int = MAX_HOLD_MS) -> int:
+    """The first whole second after `at_ms` that `cal` does not exclude (the end of the
+    window holding `at_ms`), at most `limit_ms` after it. Pure."""
+    first = (at_ms // 1000 + 1) * 1000
+    last = at_ms + limit_ms
+    t = first
+    step = 1000
+    while t <= last:
+        if not cal.excludes(t):
+            if step > 1000:  # the first free second of the last minute stepped over
+                t = next(u for u in range(t - step + 1000, t + 1000, 1000)
+                         if not cal.excludes(u))
+            return t
+        if t - first >= _FINE_SCAN_S * 1000:
+            step = 60_000
+        t += step
+    return last
+
+
 def excluding_calendar(calendars: list[CompiledCalendar], at_ms: int) -> str | None:
     """The name of the first of `calendars` (the job's order) that excludes `at_ms`."""
     for cal in calendars:

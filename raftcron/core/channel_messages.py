@@ -105,6 +105,28 @@ def render(f: Facts) -> Message:
     return Message(title, tuple(lines), what)
 
 
+# A summary of held messages lists at most this many; it counts the rest.
+MAX_LISTED = 20
+
+
+def held_summary(channel: str, calendar: str | None, until_ms: int | None,
+                 held: list[Facts]) -> Message:
+    """The one message a muted channel gets when its window ends: how many messages were
+    held, from when to when, and (up to MAX_LISTED) what each said."""
+    first = min((f.created_ms for f in held), default=until_ms or 0)
+    n = len(held)
+    title = f"{n} message{'' if n == 1 else 's'} held while {channel} was muted"
+    lines: list[tuple[str, str]] = [
+        ("Muted by", f"calendar {calendar}" if calendar else "a calendar since removed"),
+        ("Held", f"from {ms_to_iso(first)} until {ms_to_iso(until_ms) if until_ms else '?'}"),
+    ]
+    for f in sorted(held, key=lambda f: f.created_ms)[:MAX_LISTED]:
+        lines.append((ms_to_iso(f.created_ms) or "", render(f).title))
+    if n > MAX_LISTED:
+        lines.append(("More", f"{n - MAX_LISTED} more not listed"))
+    return Message(title, tuple(lines), f"the mute window ended; {n} held")
+
+
 def slack_payload(m: Message) -> dict[str, Any]:
     """An incoming-webhook body: `text` (the fallback and notification line) and blocks."""
     fields = "\n".join(f"*{k}:* {_escape(v)}" for k, v in m.lines)

@@ -59,14 +59,21 @@ class Channel:
     tenant: str
     kind: str
     config: dict[str, Any] = field(default_factory=dict)
+    # A calendar of the tenant: while it excludes the instant a message is written, the
+    # message is held, and one summary of what was held goes out when that window ends
+    # (leader.channels). None: never muted; left out of the spec then.
+    mute: str | None = None
 
     def to_spec(self) -> dict[str, Any]:
-        return {"name": self.name, "tenant": self.tenant, self.kind: dict(self.config)}
+        spec = {"name": self.name, "tenant": self.tenant, self.kind: dict(self.config)}
+        if self.mute is not None:
+            spec["mute"] = self.mute
+        return spec
 
     @staticmethod
     def from_spec(d: dict[str, Any]) -> Channel:
         kind = next(k for k in KINDS if k in d)
-        return Channel(d["name"], d["tenant"], kind, dict(d[kind]))
+        return Channel(d["name"], d["tenant"], kind, dict(d[kind]), d.get("mute"))
 
     def to_api(self, admin: bool) -> dict[str, Any]:
         """What a reader sees: never the password; a Slack URL only for an admin."""
@@ -76,7 +83,7 @@ class Channel:
         if self.kind == "slack" and not admin:
             shown["webhook_url"] = redacted_slack_url(shown["webhook_url"])
         return {"name": self.name, "tenant": self.tenant, "kind": self.kind,
-                self.kind: shown}
+                self.kind: shown, "mute": self.mute}
 
     @property
     def receiver(self) -> str:
@@ -177,7 +184,7 @@ def _password(value: Any, new: dict[str, Any], stored: dict[str, Any] | None) ->
 def parse_channel(data: Any, name: str, stored: Channel | None = None) -> Channel:
     """A validated channel from client JSON (`stored`: the channel it replaces, whose
     password a redacted one keeps); errors name the field."""
-    body = _object(data, "body", {"tenant", *KINDS})
+    body = _object(data, "body", {"tenant", "mute", *KINDS})
     tenant = body.get("tenant", "default")
     if not isinstance(tenant, str) or not NAME_RE.fullmatch(tenant):
         raise ValidationError("tenant", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
@@ -197,7 +204,11 @@ def parse_channel(data: Any, name: str, stored: Channel | None = None) -> Channe
         config = {"url": _url(cfg.get("url"), "webhook.url", None)}
     else:
         config = _email(body["email"], old)
-    return Channel(name, tenant, kind, config)
+    mute = body.get("mute")
+    if mute is not None and (not isinstance(mute, str) or not NAME_RE.fullmatch(mute)):
+        raise ValidationError("mute", "must be null or the name of a calendar of the "
+                              "channel's tenant")
+    return Channel(name, tenant, kind, config, mute)
 
 
 def policy_violation(policy: TenantPolicy, ch: Channel) -> Violation | None:

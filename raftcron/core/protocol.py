@@ -149,6 +149,8 @@ JOB_FIELD_LEVELS: dict[str, Requirement] = {
 CLAIM_MATCHED = Requirement(2, "several schedules", "items")
 # A completion item with the run's reported start and duration (older builds take 5).
 COMPLETION_TIMES = Requirement(2, "recorded start times", "completions")
+# A route held for a muted channel: [receiver, signer, held until] (older builds take 2).
+MUTED_ROUTE = Requirement(2, "muted channels", "routes")
 # A heartbeat item with its running run's start (older builds take 2 fields).
 HEARTBEAT_START = Requirement(2, "recorded start times", "attempts")
 
@@ -209,6 +211,11 @@ def entry_required(cls: type[c.Command], args: dict[str, Any]) -> Requirement | 
         if any(isinstance(item, list) and len(item) > 5
                for item in args.get("completions") or ()):
             reqs.append(COMPLETION_TIMES)
+    elif cls is c.RouteOutbox:
+        if any(isinstance(route, list) and len(route) > 1 and isinstance(route[1], list)
+               and any(isinstance(r, list) and len(r) > 2 for r in route[1])
+               for route in args.get("routes") or ()):
+            reqs.append(MUTED_ROUTE)
     elif cls is c.Heartbeat:
         if any(isinstance(item, list) and len(item) > 2
                for item in args.get("attempts") or ()):

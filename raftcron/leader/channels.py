@@ -26,7 +26,15 @@ import aiosmtplib
 import httpx
 
 from raftcron.core import delivery
-from raftcron.core.channel_messages import Facts, Message, email_message, render, slack_payload
+from raftcron.core.calendar import Calendar, window_end
+from raftcron.core.channel_messages import (
+    Facts,
+    Message,
+    email_message,
+    held_summary,
+    render,
+    slack_payload,
+)
 from raftcron.core.channels import EVENTS, Channel, policy_violation
 from raftcron.core.notify_refs import RECEIVER_PREFIX, channel_refs
 from raftcron.state.tenants import policy_of
@@ -39,13 +47,28 @@ def load_channel(conn: sqlite3.Connection, name: str) -> Channel | None:
     return None if row is None else Channel.from_spec(json.loads(row[0]))
 
 
+def mute_until(conn: sqlite3.Connection, ch: Channel, created_ms: int) -> int | None:
+    """When the mute window holding `created_ms` ends, for a channel whose mute calendar
+    excludes that instant; None when the message is not muted (no calendar, not excluded,
+    or the calendar gone or of another tenant). From replicated rows only."""
+    if ch.mute is None:
+        return None
+    row = conn.execute("SELECT tenant, spec FROM calendars WHERE name = ?",
+                       (ch.mute,)).fetchone()
+    if row is None or row[0] != ch.tenant:
+        return None
+    cal = Calendar.from_spec(json.loads(row[1])).compiled()
+    return window_end(cal, created_ms) if cal.excludes(created_ms) else None
+
+
 def channel_routes(conn: sqlite3.Connection, event: str, tenant: str, notify: Any,
-                   taken: set[str]) -> list[list[str]]:
+                   taken: set[str], created_ms: int) -> list[list[Any]]:
     """[[receiver, signer], ...] for the channels a job's `notify` names, when `event`
-    is one channels get. `taken`: receivers the row has already."""
+    is one channels get; [receiver, signer, until] for a channel muted at `created_ms`
+    (the row's instant) until `until`. `taken`: receivers the row has already."""
     if event not in EVENTS:
         return []
-    out = []
+    out: list[list[Any]] = []
     for _, name in channel_refs(notify):
         ch = load_channel(conn, name)
         if ch is None or ch.tenant != tenant or ch.receiver in taken:
@@ -53,7 +76,9 @@ def channel_routes(conn: sqlite3.Connection, event: str, tenant: str, notify: An
         if policy_violation(policy_of(conn, tenant), ch) is not None:
             continue  # the tenant's current policy decides, as for notify URLs
         taken.add(ch.receiver)
-        out.append([ch.receiver, delivery.tenant_signer(tenant)])
+        route: list[Any] = [ch.receiver, delivery.tenant_signer(tenant)]
+        until = mute_until(conn, ch, created_ms)
+        out.append(route if until is None else [*route, until])
     return out
 
 
@@ -142,3 +167,43 @@ def with_channel(conn: sqlite3.Connection, d: Any) -> Any:
     its message says."""
     return replace(d, channel=load_channel(conn, channel_name(d.receiver)),
                    facts=facts_of(conn, d.event, d.payload, d.created_ms))
+
+
+# At most this many held messages go into one summary (the rest follow in the next).
+MAX_SUMMARIZED = 1000
+
+
+def held_summaries(conn: sqlite3.Connection, due: list[Any], now_ms: int) -> list[Any]:
+    """The due deliveries with those held for a muted channel replaced by one summary per
+    (receiver, window end): a delivery standing for every one held to that instant."""
+    out: list[Any] = []
+    seen: set[tuple[str, int]] = set()
+    for d in due:
+        if d.held_ms is None or not is_channel(d.receiver):
+            out.append(d)
+            continue
+        key = (d.receiver, d.held_ms)
+        if key in seen:
+            continue
+        seen.add(key)
+        group = tuple(
+            (oid, facts_of(conn, event, json.loads(payload), created))
+            for oid, event, payload, created in conn.execute(
+                "SELECT d.outbox_id, o.event, o.payload, o.created_ms FROM outbox_deliveries d "
+                "JOIN outbox o ON o.id = d.outbox_id WHERE d.receiver = ? AND d.held_ms = ? "
+                "AND d.status = 'pending' AND d.next_ms <= ? ORDER BY d.outbox_id LIMIT ?",
+                (d.receiver, d.held_ms, now_ms, MAX_SUMMARIZED)))
+        out.append(replace(d, group=group or ((d.outbox_id, d.facts),)))
+    return out
+
+
+async def deliver_summary(client: httpx.AsyncClient, d: Any, key: str, deadline_s: float,
+                          post_webhook: Callable[[str], Awaitable[str | None]]) -> str | None:
+    """One summary of the messages held for a muted channel, within `deadline_s`."""
+    message = held_summary(channel_name(d.receiver), d.channel.mute if d.channel else None,
+                           d.held_ms, [facts for _, facts in d.group])
+    try:
+        async with asyncio.timeout(deadline_s):
+            return await send(client, d.channel, message, key, d.created_ms, post_webhook)
+    except TimeoutError:
+        return f"no answer within {deadline_s:g} s"

@@ -75,14 +75,14 @@ TIMEOUT_S = 5.0
 DELIVERY_DEADLINE_S = 10.0
 
 FRESH_SQL = (
-    "SELECT id, payload, event FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
+    "SELECT id, payload, event, created_ms FROM outbox o WHERE status = 'pending' AND NOT EXISTS "
     "(SELECT 1 FROM outbox_deliveries d WHERE d.outbox_id = o.id) ORDER BY id LIMIT ?"
 )
 # Due deliveries, at most `PER_RECEIVER` per receiver, each receiver's longest-due first (a
 # retry in backoff does not overtake rows not tried yet).
 DUE_SQL = (
-    "SELECT d.outbox_id, d.receiver, d.signer, d.attempts, o.event, o.payload, o.created_ms "
-    "FROM (SELECT outbox_id, receiver, signer, attempts, row_number() OVER "
+    "SELECT d.outbox_id, d.receiver, d.signer, d.attempts, o.event, o.payload, o.created_ms, "
+    "d.held_ms FROM (SELECT outbox_id, receiver, signer, attempts, held_ms, row_number() OVER "
     "(PARTITION BY receiver ORDER BY next_ms, outbox_id) AS n FROM outbox_deliveries "
     "WHERE status = 'pending' AND next_ms <= ?) AS d JOIN outbox o ON o.id = d.outbox_id "
     "WHERE d.n <= ? ORDER BY d.receiver, d.outbox_id"
@@ -138,6 +138,10 @@ class Due:
     # For a channel receiver: the channel (None: deleted) and what its message says.
     channel: Any = None
     facts: Any = None
+    # Held for a muted channel until this instant: sent as one summary of `group`, the
+    # (outbox id, facts) of every delivery held for that receiver to that instant.
+    held_ms: int | None = None
+    group: tuple[Any, ...] = ()
 
 
 def route(webhooks: tuple[str, ...], payload: dict[str, Any],
@@ -244,7 +248,8 @@ class OutboxDelivery:
         jobs: dict[str, tuple[str, list[str]] | None] = {}
         notifies: dict[str, Any] = {}
         routes: list[list[Any]] = []
-        for oid, payload_text, event in conn.execute(FRESH_SQL, (ROUTE_BATCH * 5,)):
+        for oid, payload_text, event, created_ms in conn.execute(FRESH_SQL,
+                                                                  (ROUTE_BATCH * 5,)):
             payload = json.loads(payload_text)
             job_id = payload.get("job_id")
             job = None
@@ -261,16 +266,18 @@ class OutboxDelivery:
             receivers = route(self.webhooks, payload, job)
             if job is not None:
                 receivers += channels.channel_routes(conn, event, job[0], notifies[job_id],
-                                                     {r for r, _ in receivers})
+                                                     {r[0] for r in receivers}, created_ms)
             routes.append([oid, receivers])
         return routes
 
     def _due_and_keys(self, conn: sqlite3.Connection, now: int) -> tuple[list[Due], KeyRing]:
-        due = [Due(oid, receiver, signer, attempts, event, json.loads(payload), created)
-               for oid, receiver, signer, attempts, event, payload, created
+        due = [Due(oid, receiver, signer, attempts, event, json.loads(payload), created,
+                   held_ms=held)
+               for oid, receiver, signer, attempts, event, payload, created, held
                in conn.execute(DUE_SQL, (now, PER_RECEIVER))]
         due = [channels.with_channel(conn, d) if channels.is_channel(d.receiver) else d
                for d in due]
+        due = channels.held_summaries(conn, due, now)
         return due, load_keys(conn, self.secret)
 
     def start(self, client: httpx.AsyncClient, due: list[Due], keys: KeyRing) -> int:
@@ -281,7 +288,8 @@ class OutboxDelivery:
         started."""
         started = 0
         for d in interleaved(due):
-            if (d.outbox_id, d.receiver) in self._in_flight:
+            keys_of = [(oid, d.receiver) for oid in _group_ids(d)]
+            if any(k in self._in_flight for k in keys_of):
                 continue
             host = d.channel.origin() if d.channel is not None else receiver_origin(d.receiver)
             if (len(self._tasks) >= PARALLEL or self._by_signer[d.signer] >= PER_SIGNER
@@ -293,7 +301,7 @@ class OutboxDelivery:
                     log.warning("no webhook key for %s yet: not delivering", d.signer)
                     self._no_key_logged = True
                 continue
-            self._in_flight.add((d.outbox_id, d.receiver))
+            self._in_flight.update(keys_of)
             self._by_signer[d.signer] += 1
             self._by_host[host] += 1
             task = asyncio.create_task(self._deliver_one(client, d, secret, host),
@@ -306,7 +314,11 @@ class OutboxDelivery:
     async def _deliver_one(self, client: httpx.AsyncClient, d: Due, secret: bytes,
                            host: str) -> None:
         try:
-            if channels.is_channel(d.receiver):
+            if d.group:
+                error = await channels.deliver_summary(
+                    client, d, idempotency_key(d.outbox_id, d.created_ms), DELIVERY_DEADLINE_S,
+                    lambda url: post_webhook(client, replace(d, receiver=url), secret))
+            elif channels.is_channel(d.receiver):
                 error = await channels.deliver(
                     client, d.channel, d.facts, idempotency_key(d.outbox_id, d.created_ms),
                     DELIVERY_DEADLINE_S,
@@ -314,19 +326,21 @@ class OutboxDelivery:
             else:
                 error = await post_webhook(client, d, secret)
         except asyncio.CancelledError:
-            self._in_flight.discard((d.outbox_id, d.receiver))
+            for oid in _group_ids(d):
+                self._in_flight.discard((oid, d.receiver))
             raise
         finally:
             self._by_signer[d.signer] -= 1
             self._by_host[host] -= 1
         if error is None:
             self._count("delivered")
-            self._finished.append([d.outbox_id, d.receiver, True, ""])
         else:
             self._count("error")
             log.info("outbox row %d not delivered to %s (%s)", d.outbox_id,
                      delivery.redact_url(d.receiver), error)
-            self._finished.append([d.outbox_id, d.receiver, False, error])
+        # A summary's outcome is every held delivery's it stands for.
+        self._finished += [[oid, d.receiver, error is None, error or ""]
+                           for oid in _group_ids(d)]
         self.wakeup.set()
 
     async def _propose(self, cmd: Command) -> None:
@@ -339,6 +353,11 @@ class OutboxDelivery:
     def _count(self, result: str) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+
+def _group_ids(d: Due) -> list[int]:
+    """The outbox rows a delivery stands for: its own, or every one of a held summary."""
+    return [oid for oid, _ in d.group] if d.group else [d.outbox_id]
 
 
 async def post_webhook(client: httpx.AsyncClient, d: Due, secret: bytes) -> str | None:

@@ -96,6 +96,13 @@ def delete_calendar(ctx: ApplyContext, cmd: DeleteCalendar) -> dict[str, Any]:
         return rejected(errors.CONFLICT, f"calendar {cmd.name!r} is listed by jobs {shown}"
                         f"{more}: remove it from them first", "name",
                         jobs=users[:MAX_NAMED_JOBS], job_count=len(users))
+    muting = [r[0] for r in conn.execute(
+        "SELECT name FROM channels WHERE json_extract(spec, '$.mute') = ? ORDER BY name",
+        (cmd.name,))]
+    if muting:
+        return rejected(errors.CONFLICT, f"calendar {cmd.name!r} mutes channels "
+                        f"{', '.join(muting[:MAX_NAMED_JOBS])}: remove it from them first",
+                        "name", channels=muting[:MAX_NAMED_JOBS])
     conn.execute("DELETE FROM calendars WHERE name = ?", (cmd.name,))
     return ok(name=cmd.name, deleted=True)
 

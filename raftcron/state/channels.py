@@ -56,6 +56,12 @@ def put_channel(ctx: ApplyContext, cmd: PutChannel) -> dict[str, Any]:
     row = conn.execute("SELECT tenant FROM channels WHERE name = ?", (ch.name,)).fetchone()
     if row is not None and row[0] != ch.tenant:
         return rejected(errors.ALREADY_EXISTS, f"channel name {ch.name!r} is taken", "name")
+    if ch.mute is not None:
+        cal = conn.execute("SELECT tenant FROM calendars WHERE name = ?",
+                           (ch.mute,)).fetchone()
+        if cal is None or cal[0] != ch.tenant:
+            return rejected(errors.INVALID_REFERENCE, f"calendar {ch.mute!r} does not exist "
+                            f"in tenant {ch.tenant!r}", "mute")
     violation = policy_violation(policy_of(conn, ch.tenant), ch)
     if violation is not None:
         return rejected(errors.POLICY_DENIED, f"tenant {ch.tenant!r} policy refuses "

@@ -43,6 +43,7 @@ COLUMN_MIGRATIONS: tuple[tuple[str, str, str], ...] = (
     ("attempts", "started_ms", "INTEGER"),
     ("occurrences", "upstream", "TEXT"),
     ("occurrences", "upstream_outcome", "TEXT"),
+    ("outbox_deliveries", "held_ms", "INTEGER"),
 )
 # Indexes on columns that COLUMN_MIGRATIONS may add: created after it.
 MIGRATED_INDEXES = (

@@ -30,8 +30,18 @@ def route_outbox(ctx: ApplyContext, cmd: RouteOutbox) -> dict[str, Any]:
         conn.executemany(
             "INSERT OR IGNORE INTO outbox_deliveries (outbox_id, receiver, signer, status, "
             "attempts, next_ms, first_ms, updated_ms) VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)",
-            [(outbox_id, receiver, signer, cmd.now_ms, cmd.now_ms, cmd.now_ms)
-             for receiver, signer in receivers],
+            [(outbox_id, r[0], r[1], cmd.now_ms, cmd.now_ms, cmd.now_ms)
+             for r in receivers if len(r) == 2],
+        )
+        # A muted channel's delivery (leader.channels): held until its window ends, then
+        # sent in one summary with the others held for that receiver until then.
+        conn.executemany(
+            "INSERT OR IGNORE INTO outbox_deliveries (outbox_id, receiver, signer, status, "
+            "attempts, next_ms, first_ms, updated_ms, held_ms) "
+            "VALUES (?, ?, ?, 'pending', 0, ?, ?, ?, ?)",
+            # Its give-up bound counts from the window's end, when it is first due.
+            [(outbox_id, r[0], r[1], max(r[2], cmd.now_ms), max(r[2], cmd.now_ms),
+              cmd.now_ms, r[2]) for r in receivers if len(r) == 3 and type(r[2]) is int],
         )
         if not receivers:
             _finish(ctx, outbox_id, cmd.now_ms)

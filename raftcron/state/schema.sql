@@ -248,6 +248,10 @@ CREATE TABLE IF NOT EXISTS outbox_deliveries (
     first_ms   INTEGER NOT NULL,
     last_error TEXT,
     updated_ms INTEGER NOT NULL,
+    -- A delivery to a muted channel: the end of the mute window it was held for (its
+    -- next_ms until then; sent in one summary with the others held to that instant).
+    -- NULL for every other delivery. Added later (db.COLUMN_MIGRATIONS).
+    held_ms    INTEGER,
     PRIMARY KEY (outbox_id, receiver)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS outbox_deliveries_due

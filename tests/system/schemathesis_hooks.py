@@ -15,7 +15,8 @@
   exists in the job's tenant (a 400 `invalid_reference` otherwise, as the descriptions
   say): a chained job's `after.job` becomes one of `REFERENCE_JOBS` (not the job itself)
   and a `notify` channel `REFERENCE_CHANNEL`, both of tenant `default`, which the job
-  then takes. Every other value goes out as generated.
+  then takes; a channel's `mute` becomes `REFERENCE_CALENDAR` (and its tenant `default`).
+  Every other value goes out as generated.
 - The one exclusion: `POST /v1/leases` is a long poll. A `wait_s` within the range the
   schema declares (`x-long-poll`) keeps the request open that long when no run is due, so
   generated values in range are shortened to `LONG_POLL_CAP_S`; values outside the range
@@ -36,6 +37,7 @@ from raftcron.core.model import JOB_ID_RE, NAME_RE
 # What the conformance test's node holds before the run (tests/system/test_api_contract).
 REFERENCE_JOBS = ("contract-up", "contract-up-2")
 REFERENCE_CHANNEL = "contract-chan"
+REFERENCE_CALENDAR = "contract-cal"
 
 LONG_POLL_CAP_S = 0.2
 
@@ -183,6 +185,10 @@ def _keep_the_urls_job_id(case: Any, body: dict[str, Any]) -> None:
 
 def _keep_references_existing(case: Any, body: dict[str, Any]) -> None:
     """Point a well-formed `after.job` and `notify` channel at what the node holds."""
+    if case.operation.path == "/v1/channels/{name}" and isinstance(body.get("mute"), str) \
+            and NAME_RE.fullmatch(body["mute"]):
+        body["mute"] = REFERENCE_CALENDAR
+        body["tenant"] = "default"
     url_job = (case.path_parameters or {}).get("job_id")
     jobs = body.get("jobs")
     moved = False

@@ -393,6 +393,8 @@ EXAMPLES_BY_PATH: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {
     ("/v1/concurrency-groups/{name}", "tenant"): (["acme", "t" * 64], ["a b", "t" * 65]),
     # An e-mail channel's password is the secret itself (any text), not a secret's name.
     ("/v1/channels/{name}", "secret"): (["pw", "a b"], ["", "x" * 1025, 5, None]),
+    # A valid name of no calendar is refused by the state (400 invalid_reference).
+    ("/v1/channels/{name}", "mute"): ([None], ["a b", "x" * 65, 5, []]),
     ("/v1/tenants/{name}", "queues"): ([[], ["q1", "q1"]],
                                        [["a b"], [f"q{i}" for i in range(101)], "q"]),
 }

@@ -1,7 +1,8 @@
 """Notification channels against real nodes and real servers: a Slack receiver that checks
 the incoming-webhook payload, a signed webhook channel, e-mail to an SMTP server with
 STARTTLS (aiosmtpd, a self-signed certificate the nodes trust), a dead and a hanging
-channel beside them, and who may see and change channels."""
+channel beside them, who may see and change channels, and a muted channel that holds its
+messages through its calendar's window and sums them up when the window ends."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -370,3 +372,49 @@ def test_a_run_bound_alert_reaches_the_channel(cluster: LocalCluster,
     check_slack_shape(got[0])
     assert "Job quick finished too fast" in got[0]["text"]
     assert "min_duration_s" in got[0]["text"] and "Occurrence:" in got[0]["text"]
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_muted_channel_holds_messages_and_sums_them_up_when_the_window_ends(
+        cluster: LocalCluster, servers: dict[str, Any]) -> None:
+    slack = servers["slack"]
+    path = "/hook/muted"
+    start = int(time.time())
+    end = start + 10
+    cal = cluster.http.put(cluster.urls[cluster.ids[0]] + "/v1/calendars/deploy-window",
+                           json={"exclude": [{"start": iso(start), "end": iso(end)}]})
+    assert cal.status_code in (200, 201), cal.text
+    assert put(cluster, "quiet", {"slack": {"webhook_url": f"{slack.url}{path}"},
+                                  "mute": "deploy-window"}).status_code == 201
+    add_job(cluster, cluster.ids[0], "flaky", cron=NEVER, max_attempts=1,
+            target={"shell": "exit 4"}, notify=[{"channel": "quiet"}])
+    for _ in range(3):
+        trigger(cluster, "flaky")
+    wait_until(lambda: len([o for o in cluster.occurrences(cluster.ids[0], "flaky")
+                            if o["status"] == "failed"]) == 3, 20,
+               message="three failed runs")
+    # The calendar a channel mutes with cannot be deleted while it does.
+    gone = cluster.http.delete(cluster.urls[cluster.ids[0]] + "/v1/calendars/deploy-window")
+    assert gone.status_code == 409 and "mutes channels quiet" in gone.text, gone.text
+    assert time.time() < end - 1, "the runs took the whole window: nothing was proved"
+    assert slack_messages(slack, path) == [], "nothing goes out inside the window"
+
+    [summary] = wait_until(lambda: slack_messages(slack, path), end - time.time() + 20,
+                           message="the summary after the window")
+    arrived = max(h["at"] for h in slack.hooks() if h["path"] == path)
+    assert arrived >= end, "sent before the window ended"
+    check_slack_shape(summary)
+    text = summary["text"]
+    assert text.startswith("3 messages held while quiet was muted"), text
+    assert "calendar deploy-window" in text and f"until {iso(end)}" in text, text
+    assert text.count("Job flaky failed") == 3, text
+
+    trigger(cluster, "flaky")  # after the window: one message, as usual
+    later = wait_until(lambda: slack_messages(slack, path)[1:], 20,
+                       message="the next failure on its own")
+    assert len(later) == 1 and later[0]["text"].startswith("Job flaky failed"), later
+    time.sleep(1)
+    assert len(slack_messages(slack, path)) == 2

@@ -3,6 +3,8 @@ messages each event renders to (plain text, Slack payload, e-mail)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from raftcron.core.channel_messages import Facts, email_message, render, slack_payload
@@ -65,7 +67,6 @@ def test_a_slack_url_is_shown_to_admins_only_and_kept_when_sent_back_redacted() 
     ({"email": {**MAIL, "starttls": "yes"}}, "email.starttls"),
     ({"email": {**MAIL, "password": {"secret": ""}}}, "email.password.secret"),
     ({"email": {**MAIL, "password": "pw"}}, "email.password"),
-    ({"webhook": {"url": "https://a/"}, "mute": "cal"}, "body.mute"),
 ])
 def test_bad_channels_name_the_field(body: object, field: str) -> None:
     with pytest.raises(ValidationError) as e:
@@ -139,3 +140,66 @@ def test_email_has_subject_recipients_and_a_stable_message_id() -> None:
     assert msg["To"] == "a@example.com, b@example.com"
     assert msg["Message-ID"] == "<7-99@raftcron>"
     assert "occ-1" in msg.get_content()
+
+
+# --- mute ------------------------------------------------------------------------------------
+
+def _cal(*exclude: dict) -> Any:
+    from raftcron.core.calendar import parse_calendar
+    return parse_calendar({"timezone": "UTC", "exclude": list(exclude)}, "quiet").compiled()
+
+
+T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def test_a_window_ends_at_its_end() -> None:
+    from raftcron.core.calendar import window_end
+    cal = _cal({"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:10:00Z"})
+    assert window_end(cal, T + 5_500) == T + 600_000
+
+
+def test_a_cron_exclusion_of_some_seconds_ends_at_the_next_free_second() -> None:
+    from raftcron.core.calendar import window_end
+    cal = _cal({"cron": "10-19 * * * * *"})
+    assert window_end(cal, T + 12_000) == T + 20_000
+
+
+def test_a_whole_day_ends_at_local_midnight_and_a_total_mute_at_the_bound() -> None:
+    from raftcron.core.calendar import MAX_HOLD_MS, window_end
+    assert window_end(_cal({"date": "2026-01-01"}), T + 3_600_000) == T + 86_400_000
+    always = _cal({"cron": "* * * * * *"})
+    assert window_end(always, T) == T + MAX_HOLD_MS
+
+
+def test_a_summary_counts_lists_and_bounds_what_was_held() -> None:
+    from raftcron.core.channel_messages import MAX_LISTED, Facts, held_summary
+    held = [Facts("occurrence.failed", {"job_id": f"j{i}", "reason": "exit code 1",
+                                        "attempts": 1}, T + i * 1000, "default")
+            for i in range(25)]
+    m = held_summary("ops", "deploy", T + 60_000, held)
+    assert m.title == "25 messages held while ops was muted"
+    assert ("Muted by", "calendar deploy") in m.lines
+    assert ("Held", "from 2026-01-01T00:00:00Z until 2026-01-01T00:01:00Z") in m.lines
+    listed = [v for k, v in m.lines if k.startswith("2026")]
+    assert len(listed) == MAX_LISTED and listed[0] == "Job j0 failed"
+    assert ("More", "5 more not listed") in m.lines
+
+
+def test_mute_names_a_calendar_and_round_trips() -> None:
+    from raftcron.core.channels import Channel, parse_channel
+    ch = parse_channel({"webhook": {"url": "https://ex.test/h"}, "mute": "deploy"}, "ops")
+    assert ch.mute == "deploy" and Channel.from_spec(ch.to_spec()) == ch
+    plain = parse_channel({"webhook": {"url": "https://ex.test/h"}}, "ops")
+    assert "mute" not in plain.to_spec() and plain.to_api(True)["mute"] is None
+    for bad in ("a b", "", 5, "x" * 65):
+        with pytest.raises(ValidationError) as e:
+            parse_channel({"webhook": {"url": "https://ex.test/h"}, "mute": bad}, "ops")
+        assert e.value.field == "mute"
+
+
+def test_a_held_route_needs_protocol_level_2() -> None:
+    from raftcron.core.commands import RouteOutbox
+    from raftcron.core.protocol import unmet
+    held = RouteOutbox(1, T, [[1, [["channel:ops", "tenant:default", T + 1000]]]])
+    plain = RouteOutbox(1, T, [[1, [["channel:ops", "tenant:default"]]]])
+    assert unmet(held, 1).feature == "muted channels" and unmet(plain, 1) is None

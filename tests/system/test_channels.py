@@ -418,3 +418,24 @@ def test_a_muted_channel_holds_messages_and_sums_them_up_when_the_window_ends(
     assert len(later) == 1 and later[0]["text"].startswith("Job flaky failed"), later
     time.sleep(1)
     assert len(slack_messages(slack, path)) == 2
+
+
+def test_a_missed_instant_reaches_the_channel(cluster: LocalCluster,
+                                              servers: dict[str, Any]) -> None:
+    """A run no worker takes (its queue has none) misses its deadline: the channel says
+    which instant was missed."""
+    slack = servers["slack"]
+    path = "/hook/missed"
+    assert put(cluster, "missed-ops", {"slack": {"webhook_url": f"{slack.url}{path}"}}
+               ).status_code == 201
+    add_job(cluster, cluster.ids[0], "unserved", cron="*/5 * * * * *", queue="nobody-serves",
+            deadline_s=1, notify=[{"channel": "missed-ops"}])
+    [message] = wait_until(lambda: slack_messages(slack, path)[:1], 30,
+                           message="the missed instant at Slack")
+    check_slack_shape(message)
+    text = message["text"]
+    assert text.startswith("Job unserved missed an instant"), text
+    assert "missed instant" in text and "Instant: " in text and "Tenant: default" in text
+    instant = text.split("Instant: ", 1)[1].split("\n", 1)[0]
+    assert datetime.fromisoformat(instant.replace("Z", "+00:00")).second % 5 == 0, text
+    cluster.http.delete(cluster.urls[cluster.ids[0]] + "/v1/jobs/unserved")

@@ -327,15 +327,17 @@ export async function refreshJob() {
   }
   error.hidden = true;
   // A job with several schedules: the first stands for the zone. A chained job has no
-  // schedule (its times are shown in UTC) and no schedule to edit.
+  // schedule: its times are shown in UTC.
   const first = job.value.schedule || (job.value.schedules || [])[0] || null;
   view.zone = first ? first.timezone : "UTC";
   view.job = job.value;
   offerZones(view.zone);
-  for (const sel of ["#h-edit", "#edit-form", "#edit-result"]) $(sel).hidden = !first;
-  if (!view.editFilled && first) {
-    $("#edit-cron").value = first.cron || "";
-    $("#edit-timezone").value = first.timezone;
+  // The schedule editor edits a single schedule (not a list of them, not a chain).
+  const single = job.value.schedule || null;
+  for (const sel of ["#h-edit", "#edit-form", "#edit-result"]) $(sel).hidden = !single;
+  if (!view.editFilled && single) {
+    $("#edit-cron").value = single.cron || "";
+    $("#edit-timezone").value = single.timezone;
     view.editFilled = true;
   }
   render("job", job.value, $("#job-definition"), renderDefinition);

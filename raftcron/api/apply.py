@@ -178,21 +178,24 @@ async def plan(request: Request, jobs: list[Any], tenant: str, prune: bool,
 def upstream_first(puts: list[list[Any]]) -> list[list[Any]]:
     """The puts in their order, except that a chained job comes after the job it follows
     when the plan holds that too (the state checks an upstream exists when it writes the
-    job). A cycle keeps its order, and the state refuses it."""
-    pending = list(puts)
-    ids = {spec["id"] for spec, _ in puts}
+    job). Linear: each put is placed once, after its chain above within the plan. A cycle
+    keeps its order, and the state refuses it."""
+    by_id = {spec["id"]: put for put in puts for spec in (put[0],)}
     placed: set[str] = set()
     ordered: list[list[Any]] = []
-    while pending:
-        ready = [p for p in pending
-                 if (p[0].get("after") or {}).get("job") not in ids - placed]
-        if not ready:
-            ordered.extend(pending)
-            break
-        for p in ready:
-            ordered.append(p)
-            placed.add(p[0]["id"])
-        pending = [p for p in pending if p[0]["id"] not in placed]
+    for put in puts:
+        chain: list[list[Any]] = []
+        current: list[Any] | None = put
+        seen: set[str] = set()
+        while current is not None and current[0]["id"] not in placed \
+                and current[0]["id"] not in seen:
+            seen.add(current[0]["id"])
+            chain.append(current)
+            upstream = (current[0].get("after") or {}).get("job")
+            current = by_id.get(upstream) if isinstance(upstream, str) else None
+        for item in reversed(chain):
+            placed.add(item[0]["id"])
+            ordered.append(item)
     return ordered
 
 

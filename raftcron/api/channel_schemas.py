@@ -13,7 +13,7 @@ _SECRET_VALUE = {"type": "object", "required": ["secret"], "additionalProperties
                                            "maxLength": channels.MAX_SECRET}},
                  "description": 'the password itself, held in the replicated state and never '
                                 'shown back (reads give "***"; sending "***" keeps the stored '
-                                'one while host and username stay the same)'}
+                                'one while host, port and username stay the same)'}
 _ADDRESS = {"type": "string", "pattern": anchored(channels.EMAIL_RE)}
 SLACK = {"type": "object", "required": ["webhook_url"], "additionalProperties": False,
          "properties": {"webhook_url": HTTP_URL},

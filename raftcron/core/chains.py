@@ -32,6 +32,9 @@ ENDS_FOLLOWED: dict[str, tuple[str, ...]] = {
 # The longest chain a job may end: A1 -> A2 -> ... (cycles are refused at any length; this
 # bounds the walk that finds them, and a chain a person can follow on a page).
 MAX_CHAIN_DEPTH = 32
+# The most chained jobs one job may start: each of its ends creates one run of each,
+# inside the apply of the entry that ends it (state.chains), so this bounds that apply.
+MAX_FOLLOWERS = 50
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 

@@ -131,7 +131,7 @@ def slack_payload(m: Message) -> dict[str, Any]:
     """An incoming-webhook body: `text` (the fallback and notification line) and blocks."""
     fields = "\n".join(f"*{k}:* {_escape(v)}" for k, v in m.lines)
     return {
-        "text": _cut(m.text, MAX_SLACK_TEXT),
+        "text": _escape(_cut(m.text, MAX_SLACK_TEXT)),
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "text": _cut(m.title, 150)}},
             {"type": "section", "text": {"type": "mrkdwn",

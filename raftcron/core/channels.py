@@ -13,7 +13,7 @@ A channel is exactly one of slack, email or webhook. Names are cluster-wide, lik
 calendars and job ids; a job names only channels of its own tenant. The e-mail password
 is held in the replicated state (the leader sends the mail) and is never shown back:
 every reader gets `{"secret": "***"}`, and a PUT that sends `{"secret": "***"}` keeps the
-stored one while host and username stay the same. A Slack webhook URL is a credential
+stored one while host, port and username stay the same. A Slack webhook URL is a credential
 too: only admins read it; others get its host.
 
 Pure: no I/O.
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from raftcron.core.delivery import redact_url, url_origin
 from raftcron.core.errors import ValidationError
 from raftcron.core.model import MAX_URL_LEN, NAME_RE, is_http_url
 from raftcron.core.notify_refs import receiver_of
@@ -82,6 +83,8 @@ class Channel:
             shown["password"] = {"secret": REDACTED}
         if self.kind == "slack" and not admin:
             shown["webhook_url"] = redacted_slack_url(shown["webhook_url"])
+        if self.kind == "webhook" and not admin:  # credentials, query and fragment
+            shown["url"] = redact_url(shown["url"])
         return {"name": self.name, "tenant": self.tenant, "kind": self.kind,
                 self.kind: shown, "mute": self.mute}
 
@@ -93,10 +96,7 @@ class Channel:
         """The server a delivery goes to (the unit of the outbox's per-host cap)."""
         if self.kind == "email":
             return f"smtp://{self.config['host']}:{self.config['port']}"
-        url = self.config["webhook_url" if self.kind == "slack" else "url"]
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return f"{parts.scheme}://{parts.hostname}:{port}"
+        return url_origin(self.config["webhook_url" if self.kind == "slack" else "url"])
 
 
 def redacted_slack_url(url: str) -> str:
@@ -174,9 +174,9 @@ def _password(value: Any, new: dict[str, Any], stored: dict[str, Any] | None) ->
     if secret != REDACTED:
         return {"secret": secret}
     if stored is None or "password" not in stored or any(
-            stored.get(k) != new.get(k) for k in ("host", "username")):
+            stored.get(k) != new.get(k) for k in ("host", "port", "username")):
         raise ValidationError("email.password.secret", "is the redacted value '***', which "
-                              "keeps the stored password only while host and username stay "
+                              "keeps the stored password only while host, port and username stay "
                               "the same: send the password")
     return dict(stored["password"])
 
@@ -201,7 +201,10 @@ def parse_channel(data: Any, name: str, stored: Channel | None = None) -> Channe
                                       (old or {}).get("webhook_url"))}
     elif kind == "webhook":
         cfg = _object(body["webhook"], "webhook", {"url"})
-        config = {"url": _url(cfg.get("url"), "webhook.url", None)}
+        stored_url = (old or {}).get("url")
+        config = {"url": stored_url if stored_url is not None
+                  and cfg.get("url") == redact_url(stored_url) != stored_url
+                  else _url(cfg.get("url"), "webhook.url", None)}
     else:
         config = _email(body["email"], old)
     mute = body.get("mute")

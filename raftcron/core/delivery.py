@@ -72,3 +72,16 @@ def derive_tenant_key(cluster_key: str, tenant: str) -> str:
     cluster key or another tenant's key (HMAC is a PRF)."""
     return hmac.new(cluster_key.encode(), b"raftcron tenant webhook key v1\x00" + tenant.encode(),
                     hashlib.sha256).hexdigest()
+
+
+def url_origin(url: str) -> str:
+    """scheme://host:port of a receiver URL: the unit of the outbox's per-host cap. A URL
+    whose port does not parse (`:abc`, `:99999`; the API takes them as URLs) is its own
+    origin, as written: its delivery fails in the HTTP client and is backed off like any
+    other failure, never raising in the delivery loop."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "/".join(url.split("/", 3)[:3])
+    return f"{parts.scheme}://{parts.hostname}:{port}"

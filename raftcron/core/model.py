@@ -529,6 +529,9 @@ def parse_job(data: Any, *, job_id: str | None = None) -> Job:
         if "schedule" in data or "schedules" in data:
             raise ValidationError("after", "a chained job has no schedule: give either "
                                   "after or a schedule, not both")
+        if data.get("calendars"):
+            raise ValidationError("calendars", "a chained job has no instants for a "
+                                  "calendar to exclude")
     if "target" not in data:
         raise ValidationError("target", "is required")
     target = parse_target(data["target"])

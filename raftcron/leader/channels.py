@@ -102,8 +102,8 @@ def facts_of(conn: sqlite3.Connection, event: str, payload: dict[str, Any],
     if isinstance(occ, str):
         row = conn.execute("SELECT scheduled_for_ms, tenant FROM occurrences WHERE id = ?",
                            (occ,)).fetchone()
-        if row is not None:
-            sched, tenant = row[0], tenant or row[1]
+        if row is not None:  # the run's own tenant first (a job id may be re-created)
+            sched, tenant = row[0], row[1]
     return Facts(event, payload, created_ms, tenant, sched)
 
 

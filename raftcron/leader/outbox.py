@@ -43,13 +43,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import delivery
 from raftcron.core.commands import AckDeliveries, Command, RouteOutbox
+from raftcron.core.delivery import url_origin
 from raftcron.core.notify_refs import notify_urls
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.leader import channels
@@ -263,6 +263,8 @@ class OutboxDelivery:
                     allowed = list(allowed_notify_urls(conn, got[0], urls)) if urls else []
                     jobs[job_id] = (got[0], allowed) if got else None
                 job = jobs[job_id]
+            if job is not None and not same_tenant(conn, payload, job[0]):
+                job = None  # the job id now names another tenant's job: not its receivers
             receivers = route(self.webhooks, payload, job)
             if job is not None:
                 receivers += channels.channel_routes(conn, event, job[0], notifies[job_id],
@@ -329,6 +331,10 @@ class OutboxDelivery:
             for oid in _group_ids(d):
                 self._in_flight.discard((oid, d.receiver))
             raise
+        except Exception as e:  # noqa: BLE001 - any failure is this delivery's, never the loop's
+            # (an URL httpx refuses, an error group from the transport): recorded and backed
+            # off like a refused connection, so it can never stay in flight for ever.
+            error = f"{type(e).__name__}: delivery failed"
         finally:
             self._by_signer[d.signer] -= 1
             self._by_host[host] -= 1
@@ -353,6 +359,17 @@ class OutboxDelivery:
     def _count(self, result: str) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+
+def same_tenant(conn: sqlite3.Connection, payload: dict[str, Any], tenant: str) -> bool:
+    """Whether the occurrence a row names (if it names one still held) is of `tenant`: a
+    job deleted and created again under its id by another tenant before the row was
+    routed must not get the first one's messages."""
+    occ = payload.get("occurrence_id")
+    if not isinstance(occ, str):
+        return True
+    row = conn.execute("SELECT tenant FROM occurrences WHERE id = ?", (occ,)).fetchone()
+    return row is None or row[0] == tenant
 
 
 def _group_ids(d: Due) -> list[int]:
@@ -380,9 +397,7 @@ async def post_webhook(client: httpx.AsyncClient, d: Due, secret: bytes) -> str 
 
 def receiver_origin(url: str) -> str:
     """scheme://host:port of a receiver URL: the unit of PER_HOST (one server)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{parts.hostname}:{port}"
+    return url_origin(url)
 
 
 def interleaved(due: list[Due]) -> list[Due]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from raftcron.core import errors, identity, policy
-from raftcron.core.chains import ENDS_FOLLOWED, MAX_CHAIN_DEPTH
+from raftcron.core.chains import ENDS_FOLLOWED, MAX_CHAIN_DEPTH, MAX_FOLLOWERS
 from raftcron.core.model import Job
 from raftcron.state.context import ApplyContext, rejected
 from raftcron.state.db import META_EPOCH
@@ -38,6 +38,10 @@ FOLLOWERS_SQL = (
     "FROM jobs WHERE json_extract(spec, '$.after') IS NOT NULL "
     "AND json_extract(spec, '$.after.job') IN (SELECT value FROM json_each(?)) ORDER BY id"
 )
+FOLLOWER_COUNT_SQL = (
+    "SELECT count(*) FROM jobs WHERE json_extract(spec, '$.after') IS NOT NULL "
+    "AND json_extract(spec, '$.after.job') = ? AND id != ?"
+)
 CHAINED_INSERT = (
     "INSERT OR IGNORE INTO occurrences (id, job_id, tenant, queue, kind, scheduled_for_ms, "
     "dispatch_at_ms, job_version, status, reason, attempts, epoch, created_ms, finished_ms, "
@@ -45,21 +49,35 @@ CHAINED_INSERT = (
 )
 
 
-def check_after(conn: sqlite3.Connection, job: Job) -> dict[str, Any] | None:
+def check_after(conn: sqlite3.Connection, job: Job,
+                previous: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A rejection when a chained job's upstream does not exist in its tenant (one of
-    another tenant reads as absent), or when following it closes a cycle; else None."""
+    another tenant reads as absent), already has MAX_FOLLOWERS followers, or when
+    following it closes a cycle; else None. `previous`: the spec an edit replaces; an edit
+    that keeps the job's upstream is not judged again (its upstream may have been deleted
+    since, and the job must stay editable)."""
     if job.after is None:
+        return None
+    if previous is not None and previous.get("after") == job.after.to_spec():
         return None
     upstream = job.after.job
     row = conn.execute("SELECT tenant FROM jobs WHERE id = ?", (upstream,)).fetchone()
     if row is None or row[0] != job.tenant:
         return rejected(errors.INVALID_REFERENCE, f"job {upstream!r} does not exist in "
                         f"tenant {job.tenant!r}", "after.job")
+    followers = conn.execute(FOLLOWER_COUNT_SQL, (upstream, job.id)).fetchone()[0]
+    if followers >= MAX_FOLLOWERS:
+        return rejected(errors.INVALID_REFERENCE, f"job {upstream!r} already has "
+                        f"{MAX_FOLLOWERS} chained jobs, the most one job may have",
+                        "after.job")
     path = [job.id, upstream]
     current = upstream
     for _ in range(MAX_CHAIN_DEPTH):
-        spec = conn.execute("SELECT spec FROM jobs WHERE id = ?", (current,)).fetchone()
-        after = json.loads(spec[0]).get("after") if spec else None
+        spec = conn.execute("SELECT tenant, spec FROM jobs WHERE id = ?",
+                            (current,)).fetchone()
+        if spec is None or spec[0] != job.tenant:
+            return None  # the chain above leaves the tenant (a dangling name): no cycle
+        after = json.loads(spec[1]).get("after")
         if after is None:
             return None
         current = after["job"]

@@ -123,11 +123,13 @@ def after_success(ctx: ApplyContext, job_id: str, occ_id: str, spec: dict[str, A
     """A run of the job succeeded: the first one after trouble writes `job.recovered`."""
     if not _names_channels(spec):
         return
+    # A SELECT then a DELETE: `DELETE ... RETURNING` needs SQLite 3.35 (db.MIN_SQLITE).
     row = ctx.conn.execute(
-        "DELETE FROM channel_trouble WHERE job_id = ? RETURNING occurrence_id, event, since_ms",
+        "SELECT occurrence_id, event, since_ms FROM channel_trouble WHERE job_id = ?",
         (job_id,)).fetchone()
     if row is None:
         return
+    ctx.conn.execute("DELETE FROM channel_trouble WHERE job_id = ?", (job_id,))
     ctx.enqueue_outbox(RECOVERED, {
         "job_id": job_id, "occurrence_id": occ_id, "after_occurrence_id": row[0],
         "after": row[1], "since_ms": row[2], "at_ms": now_ms}, now_ms)

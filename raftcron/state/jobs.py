@@ -9,10 +9,12 @@ from typing import Any
 from raftcron.core import errors, identity
 from raftcron.core.commands import CreateJobs, DeleteJob, PauseJob, PutJob, ResumeJob
 from raftcron.core.model import Job
+from raftcron.core.notify_refs import channel_refs
 from raftcron.state import job_history, run_alerts
 from raftcron.state.calendars import check_job_calendars
 from raftcron.state.chains import check_after
 from raftcron.state.channels import check_job_channels
+from raftcron.state.channels import forget_job as forget_channel_trouble
 from raftcron.state.context import ApplyContext, ok, rejected
 from raftcron.state.tenants import TenantUsage, check_job_policy
 
@@ -98,12 +100,14 @@ def put_job(ctx: ApplyContext, cmd: PutJob, usage: TenantUsage | None = None
     spec = job.with_version(version).to_spec()
     denied = (check_job_policy(ctx.conn, job.tenant, spec)
               or check_job_calendars(ctx.conn, job.tenant, list(job.calendars))
-              or check_after(ctx.conn, job)
+              or check_after(ctx.conn, job, json.loads(row[3]))
               or check_job_channels(ctx.conn, job.tenant, job.notify)
               or usage.refuse_edit(job.tenant, json.loads(row[3]), spec))
     if denied is not None:
         return denied
     usage.edited(job.tenant, json.loads(row[3]), spec)
+    if not channel_refs(job.notify):  # no channel to tell of a recovery any more
+        forget_channel_trouble(ctx, job.id)
     # The watermark is kept: an edit takes effect from the next instant not yet claimed.
     text = spec_json(spec)
     ctx.conn.execute(

@@ -190,3 +190,24 @@ def test_chains_need_protocol_level_2():
     put_job = c.PutJob("r", T0, chained("b", "a"), True)
     assert unmet(put_job, 1).feature == "chains" and unmet(put_job, 2) is None
 
+
+
+def test_an_upstream_takes_at_most_max_followers(node):
+    from raftcron.core.chains import MAX_FOLLOWERS
+    node.create("a")
+    for i in range(MAX_FOLLOWERS):
+        assert put(node, chained(f"f{i}", "a"))["ok"]
+    r = put(node, chained("one-more", "a"))
+    assert r["rejected"] == errors.INVALID_REFERENCE and r["field"] == "after.job"
+    assert f"already has {MAX_FOLLOWERS} chained jobs" in r["message"]
+    # A follower's own edit is not counted against it.
+    assert put(node, chained("f0", "a", "finish"), create=False)["ok"]
+
+
+def test_a_follower_of_a_deleted_upstream_stays_editable(node):
+    node.create("a")
+    put(node, chained("b", "a"))
+    node.apply(c.DeleteJob(node.rid(), T0 + 1, "a"))
+    assert put(node, chained("b", "a", max_attempts=5), create=False)["ok"]
+    r = put(node, chained("b", "gone"), create=False)  # a new upstream is judged
+    assert r["rejected"] == errors.INVALID_REFERENCE

@@ -439,3 +439,34 @@ def test_a_missed_instant_reaches_the_channel(cluster: LocalCluster,
     instant = text.split("Instant: ", 1)[1].split("\n", 1)[0]
     assert datetime.fromisoformat(instant.replace("Z", "+00:00")).second % 5 == 0, text
     cluster.http.delete(cluster.urls[cluster.ids[0]] + "/v1/jobs/unserved")
+
+
+def test_a_url_whose_port_does_not_parse_fails_alone(cluster: LocalCluster,
+                                                     servers: dict[str, Any]) -> None:
+    """A channel and a notify URL with port 99999 (digits, so taken as URLs): their
+    deliveries fail and back off; the leader's duties and the other channel go on."""
+    slack = servers["slack"]
+    path = "/hook/beside-bad-port"
+    assert put(cluster, "bad-port", {"slack": {"webhook_url": "http://127.0.0.1:99999/h"}}
+               ).status_code == 201
+    assert put(cluster, "beside", {"slack": {"webhook_url": f"{slack.url}{path}"}}
+               ).status_code == 201
+    add_job(cluster, cluster.ids[0], "port-fail", cron=NEVER, max_attempts=1,
+            target={"shell": "exit 2"},
+            notify=["http://127.0.0.1:99999/raw", {"channel": "bad-port"},
+                    {"channel": "beside"}])
+    for n in (1, 2):  # the second run proves the leader still leases, completes, routes
+        trigger(cluster, "port-fail")
+        wait_until(lambda n=n: len(slack_messages(slack, path)) >= n, 30,
+                   message=f"message {n} beside the bad port")
+    def failed_tries() -> list[dict[str, Any]]:
+        rows = cluster.get(cluster.ids[0], "/v1/outbox",
+                           params={"status": "pending", "limit": 500})["deliveries"]
+        return [d for d in rows if d["receiver"] in ("channel:bad-port",
+                                                     "http://127.0.0.1:99999/raw")
+                and d["attempts"] >= 1 and d["last_error"]]
+    # Both bad receivers were tried, failed, and wait in backoff (recorded, not stuck).
+    tried = wait_until(lambda: {d["receiver"] for d in failed_tries()} == {
+        "channel:bad-port", "http://127.0.0.1:99999/raw"} and failed_tries(), 30,
+        message="the bad ports' failures recorded")
+    assert all(d["status"] == "pending" for d in tried)

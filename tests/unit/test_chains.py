@@ -68,3 +68,24 @@ def test_a_chained_run_is_told_its_upstream() -> None:
 
 def test_chains_are_a_level_2_field() -> None:
     assert JOB_FIELD_LEVELS["after"].level == 2
+
+
+def test_a_chained_job_takes_no_calendars() -> None:
+    with pytest.raises(ValidationError) as e:
+        parse_job({"id": "b", "after": {"job": "a"}, "calendars": ["c"], "target": SHELL})
+    assert e.value.field == "calendars"
+
+
+def test_apply_orders_a_plan_upstream_first_in_linear_time() -> None:
+    import time
+
+    from raftcron.api.apply import upstream_first
+    n = 5000
+    chain = [[{"id": f"j{i}", **({"after": {"job": f"j{i - 1}"}} if i else {})}, 0]
+             for i in range(n)][::-1]
+    started = time.perf_counter()
+    ordered = [p[0]["id"] for p in upstream_first(chain)]
+    assert ordered == [f"j{i}" for i in range(n)]
+    assert time.perf_counter() - started < 5  # generous: quadratic took minutes
+    loop = [[{"id": "a", "after": {"job": "b"}}, 0], [{"id": "b", "after": {"job": "a"}}, 0]]
+    assert sorted(p[0]["id"] for p in upstream_first(loop)) == ["a", "b"]

@@ -203,3 +203,28 @@ def test_a_held_route_needs_protocol_level_2() -> None:
     held = RouteOutbox(1, T, [[1, [["channel:ops", "tenant:default", T + 1000]]]])
     plain = RouteOutbox(1, T, [[1, [["channel:ops", "tenant:default"]]]])
     assert unmet(held, 1).feature == "muted channels" and unmet(plain, 1) is None
+
+
+def test_a_bad_port_is_its_own_origin_and_never_raises() -> None:
+    from raftcron.core.delivery import url_origin
+    assert url_origin("https://h:abc/x") == "https://h:abc"
+    assert url_origin("http://h:99999/a") == "http://h:99999"
+    assert url_origin("https://hooks.test/T/B") == "https://hooks.test:443"
+    ch = parse_channel({"slack": {"webhook_url": "https://hooks.test:abc/T"}}, "x")
+    assert ch.origin() == "https://hooks.test:abc"
+
+
+def test_a_webhook_channels_credentials_are_for_admins_only() -> None:
+    ch = parse_channel({"webhook": {"url": "https://u:pw@h.test/hook?token=t"}}, "w")
+    shown = ch.to_api(False)["webhook"]["url"]
+    assert shown == "https://h.test/hook" and "pw" not in shown and "token" not in shown
+    assert ch.to_api(True)["webhook"]["url"] == "https://u:pw@h.test/hook?token=t"
+    back = parse_channel({"webhook": {"url": shown}}, "w", stored=ch)
+    assert back.config["url"] == "https://u:pw@h.test/hook?token=t"
+
+
+def test_slack_text_cannot_mention_or_link() -> None:
+    m = render(Facts("occurrence.failed", {"job_id": "j", "reason": "<!channel> <http://x|y>",
+                                           "attempts": 1}, T, "default"))
+    body = slack_payload(m)
+    assert "<!channel>" not in body["text"] and "&lt;!channel&gt;" in body["text"]

@@ -454,7 +454,8 @@ async function runBackfill(event) {
 const JOB_FIELDS = ["id", "tenant", "schedule", "target", "misfire_policy", "misfire_grace_s",
   "catch_up_max", "overlap_policy", "max_runtime_s", "max_attempts", "retry_backoff_s",
   "heartbeat_timeout_s", "ack_timeout_s", "deadline_s", "start_deadline_s", "min_duration_s",
-  "max_duration_s", "alert_after_failures", "queue", "notify"];
+  "max_duration_s", "alert_after_failures", "queue", "notify", "paused", "calendars", "labels",
+  "concurrency_group"];
 
 function fireList(fires) {
   return el("ol", { class: "fires" }, ...fires.map((f) => el("li", { class: f.dst_change ? "dst" : null },

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse
 
 from raftcron.api.auth import tenant_clause
 from raftcron.api.calendars import compiled_calendars_of
+from raftcron.api.errors import HTTPError
 from raftcron.api.jobs import MAX_BACKFILL, ctx_of, job_detail, path_job_id, visible_job_row
 from raftcron.api.status import int_param
 from raftcron.core.backfill import backfill_instants, check_backfill_span
@@ -121,9 +122,9 @@ async def job_page(request: Request) -> JSONResponse:
     if job.after is not None:
         detail["describe"] = job.after.describe()
     if any(name in request.query_params for name in PROPOSAL_PARAMS):
-        if job.after is not None:
-            raise ValidationError("cron", "a chained job has no schedule to propose a "
-                                  "change of: its runs follow its upstream")
+        if job.after is not None:  # the job's state, not the query, is what refuses
+            raise HTTPError(409, "conflict", "a chained job has no schedule to propose a "
+                            "change of: its runs follow its upstream", "cron")
         # A job with several schedules: the proposal edits its first, as a single one.
         current = detail.get("schedule") or {
             k: v for k, v in detail["schedules"][0].items() if k != "name"}

@@ -245,14 +245,14 @@ def _spec() -> dict[str, Any]:
                 "One job for its page: schedule in words, next fire times marked where "
                 "the zone's UTC offset changes (DST); cron, timezone, dst_gap or dst_fold "
                 "propose a schedule (validated as a PUT, nothing written) whose fire times "
-                "come back as `proposed`",
+                "come back as `proposed` (409 for a chained job, which has no schedule)",
                 params=[*JOB, _query("fires", {"type": "integer", "minimum": 1,
                                                "maximum": jobpage.MAX_FIRES}),
                         _query("after", INSTANT_TO_9998), _query("cron", CRON),
                         _query("timezone", TIMEZONE),
                         _query("dst_gap", {"enum": ["auto", "skip", "shift"]}),
                         _query("dst_fold", {"enum": ["auto", "once", "both"]})],
-                errors=(404,))},
+                errors=(404, 409))},
             "/v1/status/jobs/{job_id}/backfill-preview": {"get": _op(
                 "The instants a backfill of [start, end] would create (count, first 50; "
                 "end not before start, at most ten years); writes nothing",

@@ -252,6 +252,9 @@ JOB_INPUT["properties"]["after"] = {
 JOB_INPUT["required"] = ["id", "target"]
 JOB_INPUT["oneOf"] = [{"required": ["schedule"]}, {"required": ["schedules"]},
                       {"required": ["after"]}]
+# A chained job has no instants for a calendar to exclude.
+JOB_INPUT["if"] = {"required": ["after"]}
+JOB_INPUT["then"] = {"properties": {"calendars": {"maxItems": 0}}}
 # PUT takes the id from the URL; a body may repeat it (an exported job put back as it is).
 JOB_REPLACE: dict[str, Any] = {
     **JOB_INPUT, "required": ["target"],

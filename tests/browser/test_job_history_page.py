@@ -110,3 +110,33 @@ def test_the_history_of_edits_pages_to_earlier_edits(cluster: LocalCluster,
                                                                        timeout=10_000)
     finally:
         page.close()
+
+
+def test_a_schedule_saved_on_the_page_keeps_the_rest_of_the_job(
+        cluster: LocalCluster, browser: Any) -> None:
+    """Saving a schedule from the page changes the schedule only: a paused job stays
+    paused, and its calendars, labels and concurrency group stay."""
+    c = cluster
+    leader = c.wait_leader()
+    r = c.http.put(f"{c.urls[leader]}/v1/calendars/holidays",
+                   json={"exclude": [{"date": "2026-12-25"}]})
+    assert r.status_code in (200, 201), r.text
+    r = c.http.put(f"{c.urls[leader]}/v1/concurrency-groups/db", json={"limit": 2})
+    assert r.status_code in (200, 201), r.text
+    add_job(c, leader, "ledger", schedule={"cron": "0 9 * * *"}, paused=True,
+            calendars=["holidays"], labels={"team": "billing"}, concurrency_group="db")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        open_page(page, c.urls[leader] + "/#/jobs/ledger", c.admin_token)
+        page.get_by_label("Cron").fill("0 11 * * *")
+        page.get_by_role("button", name="Preview schedule").click()
+        page.locator("#edit-save:not([disabled])").wait_for(timeout=10_000)
+        page.get_by_role("button", name="Save schedule").click()
+        wait_until(lambda: c.get(leader, "/v1/jobs/ledger")["version"] == 2, 15,
+                   message="the saved schedule")
+        job = c.get(leader, "/v1/jobs/ledger")
+        assert job["schedule"]["cron"] == "0 11 * * *"
+        assert job["paused"] is True and job["calendars"] == ["holidays"]
+        assert job["labels"] == {"team": "billing"} and job["concurrency_group"] == "db"
+    finally:
+        page.close()

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.system.helpers import serving_cluster  # noqa: E402
+from tests.system.schemathesis_hooks import prepare_node  # noqa: E402
 
 
 def main() -> int:
@@ -29,6 +30,7 @@ def main() -> int:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="conformance-"))
     with serving_cluster(root, nodes=1) as cluster:
+        prepare_node(cluster)  # what the hooks point references at
         env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.system.schemathesis_hooks",
                "PYTHONPATH": str(ROOT)}
         command = [str(Path(sys.executable).with_name("schemathesis")), "--no-color",

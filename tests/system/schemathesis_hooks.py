@@ -183,6 +183,19 @@ def _keep_the_urls_job_id(case: Any, body: dict[str, Any]) -> None:
         body["id"] = job_id
 
 
+def prepare_node(c: Any, nid: str = "n1") -> None:
+    """Create what the references in generated bodies are pointed at (a LocalCluster)."""
+    for job_id in REFERENCE_JOBS:
+        resp = c.post(nid, "/v1/jobs", {"id": job_id, "schedule": "0 9 * * *",
+                                        "target": {"shell": "true"}})
+        assert resp.status_code == 201, resp.text
+    for path, body in ((f"/v1/calendars/{REFERENCE_CALENDAR}", {"exclude": []}),
+                       (f"/v1/channels/{REFERENCE_CHANNEL}",
+                        {"webhook": {"url": "http://127.0.0.1:9/hook"}})):
+        resp = c.http.put(c.urls[nid] + path, json=body)
+        assert resp.status_code in (200, 201), resp.text
+
+
 def _keep_references_existing(case: Any, body: dict[str, Any]) -> None:
     """Point a well-formed `after.job` and `notify` channel at what the node holds."""
     if case.operation.path == "/v1/channels/{name}" and isinstance(body.get("mute"), str) \

@@ -14,11 +14,7 @@ import pytest
 
 from raftcron.testing import LocalCluster
 from tests.system.helpers import serving_cluster
-from tests.system.schemathesis_hooks import (
-    REFERENCE_CALENDAR,
-    REFERENCE_CHANNEL,
-    REFERENCE_JOBS,
-)
+from tests.system.schemathesis_hooks import prepare_node
 
 pytestmark = pytest.mark.system
 
@@ -27,16 +23,7 @@ pytestmark = pytest.mark.system
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One real node (a cluster of one) with the admin token."""
     with serving_cluster(Path(tmp_path_factory.mktemp("contract")), nodes=1) as c:
-        # What references in generated bodies are pointed at (schemathesis_hooks).
-        for job_id in REFERENCE_JOBS:
-            assert c.post("n1", "/v1/jobs", {"id": job_id, "schedule": "0 9 * * *",
-                                             "target": {"shell": "true"}}).status_code == 201
-        resp = c.http.put(c.urls["n1"] + f"/v1/calendars/{REFERENCE_CALENDAR}",
-                          json={"exclude": []})
-        assert resp.status_code in (200, 201), resp.text
-        resp = c.http.put(c.urls["n1"] + f"/v1/channels/{REFERENCE_CHANNEL}",
-                          json={"webhook": {"url": "http://127.0.0.1:9/hook"}})
-        assert resp.status_code in (200, 201), resp.text
+        prepare_node(c)  # what references in generated bodies are pointed at
         yield c
 
 

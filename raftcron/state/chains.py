@@ -52,10 +52,10 @@ CHAINED_INSERT = (
 def check_after(conn: sqlite3.Connection, job: Job,
                 previous: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A rejection when a chained job's upstream does not exist in its tenant (one of
-    another tenant reads as absent), already has MAX_FOLLOWERS followers, or when
-    following it closes a cycle; else None. `previous`: the spec an edit replaces; an edit
-    that keeps the job's upstream is not judged again (its upstream may have been deleted
-    since, and the job must stay editable)."""
+    another tenant reads as absent) or following it closes a cycle (400), or when it
+    already has MAX_FOLLOWERS followers (409, as a quota); else None. `previous`: the
+    spec an edit replaces; an edit that keeps the job's upstream is not judged again (its
+    upstream may have been deleted since, and the job must stay editable)."""
     if job.after is None:
         return None
     if previous is not None and previous.get("after") == job.after.to_spec():
@@ -66,8 +66,8 @@ def check_after(conn: sqlite3.Connection, job: Job,
         return rejected(errors.INVALID_REFERENCE, f"job {upstream!r} does not exist in "
                         f"tenant {job.tenant!r}", "after.job")
     followers = conn.execute(FOLLOWER_COUNT_SQL, (upstream, job.id)).fetchone()[0]
-    if followers >= MAX_FOLLOWERS:
-        return rejected(errors.INVALID_REFERENCE, f"job {upstream!r} already has "
+    if followers >= MAX_FOLLOWERS:  # a limit of the upstream's state, as a quota is: 409
+        return rejected(errors.QUOTA_EXCEEDED, f"job {upstream!r} already has "
                         f"{MAX_FOLLOWERS} chained jobs, the most one job may have",
                         "after.job")
     path = [job.id, upstream]

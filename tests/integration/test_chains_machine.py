@@ -198,7 +198,7 @@ def test_an_upstream_takes_at_most_max_followers(node):
     for i in range(MAX_FOLLOWERS):
         assert put(node, chained(f"f{i}", "a"))["ok"]
     r = put(node, chained("one-more", "a"))
-    assert r["rejected"] == errors.INVALID_REFERENCE and r["field"] == "after.job"
+    assert r["rejected"] == errors.QUOTA_EXCEEDED and r["field"] == "after.job"
     assert f"already has {MAX_FOLLOWERS} chained jobs" in r["message"]
     # A follower's own edit is not counted against it.
     assert put(node, chained("f0", "a", "finish"), create=False)["ok"]

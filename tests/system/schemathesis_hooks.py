@@ -13,7 +13,8 @@
   `schedules` distinct (an unnamed one is named by its position, so an explicit name of
   digits or a repeated one is replaced by a fresh one). References must name what
   exists in the job's tenant (a 400 `invalid_reference` otherwise, as the descriptions
-  say): a chained job's `after.job` becomes one of `REFERENCE_JOBS` (not the job itself)
+  say): a chained job's `after.job` becomes the first of `REFERENCE_JOBS` (which are never
+  chained themselves, nor deleted: such a DELETE goes to another name)
   and a `notify` channel `REFERENCE_CHANNEL`, both of tenant `default`, which the job
   then takes; a channel's `mute` becomes `REFERENCE_CALENDAR` (and its tenant `default`).
   Every other value goes out as generated.
@@ -196,8 +197,26 @@ def prepare_node(c: Any, nid: str = "n1") -> None:
         assert resp.status_code in (200, 201), resp.text
 
 
+# The paths whose DELETE could remove what references point at: (path, parameter, names).
+REFERENCED = (("/v1/jobs/{job_id}", "job_id", REFERENCE_JOBS),
+              ("/v1/calendars/{name}", "name", (REFERENCE_CALENDAR,)),
+              ("/v1/channels/{name}", "name", (REFERENCE_CHANNEL,)))
+
+
+def _keep_references_alive(case: Any) -> None:
+    """A DELETE of a referenced job, calendar or channel (the stateful phase finds their
+    names in listings) goes to another name: the references must keep existing."""
+    if case.method.upper() != "DELETE" or not isinstance(case.path_parameters, dict):
+        return
+    for path, param, names in REFERENCED:
+        if case.operation.path == path and case.path_parameters.get(param) in names:
+            case.path_parameters[param] = f"{case.path_parameters[param]}-not-deleted"
+
+
 def _keep_references_existing(case: Any, body: dict[str, Any]) -> None:
-    """Point a well-formed `after.job` and `notify` channel at what the node holds."""
+    """Point a well-formed `after.job` and `notify` channel at what the node holds; a
+    referenced job itself is never chained (two of them following each other would be a
+    cycle)."""
     if case.operation.path == "/v1/channels/{name}" and isinstance(body.get("mute"), str) \
             and NAME_RE.fullmatch(body["mute"]):
         body["mute"] = REFERENCE_CALENDAR
@@ -212,8 +231,13 @@ def _keep_references_existing(case: Any, body: dict[str, Any]) -> None:
         if isinstance(after, dict) and isinstance(after.get("job"), str) \
                 and JOB_ID_RE.fullmatch(after["job"]):
             own = item.get("id") if isinstance(item.get("id"), str) else url_job
-            after["job"] = REFERENCE_JOBS[1 if own == REFERENCE_JOBS[0] else 0]
-            item["tenant"] = moved = "default"
+            if own in REFERENCE_JOBS:
+                del item["after"]
+                if "schedules" not in item:
+                    item["schedule"] = "0 9 * * *"
+            else:
+                after["job"] = REFERENCE_JOBS[0]
+                item["tenant"] = moved = "default"
         notify = item.get("notify")
         for entry in notify if isinstance(notify, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("channel"), str) \
@@ -229,6 +253,7 @@ def before_call(context: Any, case: Any, kwargs: Any) -> None:
     """Every phase sends through here (filters and maps apply to some phases only)."""
     if case.operation.path.endswith("/backfill-preview") and isinstance(case.query, dict):
         _keep_ranges_ordered("/backfill", case.query)
+    _keep_references_alive(case)
     body = case.body
     if not isinstance(body, dict):
         return

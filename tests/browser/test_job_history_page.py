@@ -128,6 +128,9 @@ def test_a_schedule_saved_on_the_page_keeps_the_rest_of_the_job(
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         open_page(page, c.urls[leader] + "/#/jobs/ledger", c.admin_token)
+        # The page fills the editor with the job's schedule once it has loaded the job.
+        page.wait_for_function("document.querySelector('#edit-cron').value === '0 9 * * *'",
+                               timeout=15_000)
         page.get_by_label("Cron").fill("0 11 * * *")
         page.get_by_role("button", name="Preview schedule").click()
         page.locator("#edit-save:not([disabled])").wait_for(timeout=10_000)

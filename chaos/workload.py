@@ -129,7 +129,8 @@ HERD_PERIOD_S = 10  # load_specs: the herd shares every tenth second
 CANCELLABLE_SLEEP_S = 8
 
 
-# Chains (checks_chains): `chain-down` runs after every end of `chain-up`, `chain-alarm`
+# Chains (checks_chains): `chain-down` runs after every end of `chain-up` (seconds 2, 7, ...
+# of each minute), `chain-alarm`
 # after every failure of `fail-4s` (which always exits 1, after its last retry).
 CHAIN_UP, CHAIN_DOWN, CHAIN_ALARM = "chain-up", "chain-down", "chain-alarm"
 CHAIN_FOLLOWS = {CHAIN_DOWN: (CHAIN_UP, "finish"), CHAIN_ALARM: ("fail-4s", "failure")}
@@ -153,7 +154,8 @@ def lifecycle_specs() -> list[dict[str, Any]]:
          "retry_backoff_s": 1, "max_attempts": 3},
         {"id": DELETABLE, "schedule": {"cron": "* * * * * *"}, "overlap_policy": "allow",
          "target": {"shell": effect_cmd()}, **fast},
-        {"id": CHAIN_UP, "schedule": {"cron": "*/3 * * * * *"}, "overlap_policy": "allow",
+        # Off the minute's second 0, where the herd and the minute jobs already fire.
+        {"id": CHAIN_UP, "schedule": {"cron": "2/5 * * * * *"}, "overlap_policy": "allow",
          "target": {"shell": effect_cmd()}, **fast},
     ]
 

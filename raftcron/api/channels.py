@@ -14,27 +14,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raftcron.api.auth import can_see, principal_of, require_tenant_write, tenant_clause
+from raftcron.api.calendars import path_name
 from raftcron.api.context import ApiContext, request_hash, request_id
 from raftcron.api.errors import HTTPError, json_body
+from raftcron.api.jobs import ctx_of
 from raftcron.core import commands as c
 from raftcron.core.channels import Channel, parse_channel
-from raftcron.core.errors import ValidationError
-from raftcron.core.model import NAME_RE
 from raftcron.core.timefmt import ms_to_iso
 
 CHANNEL_SELECT = "SELECT name, tenant, spec, updated_ms FROM channels"
 MAX_USERS_SHOWN = 100
-
-
-def _ctx(request: Request) -> ApiContext:
-    return request.app.state.ctx
-
-
-def path_name(request: Request) -> str:
-    name = request.path_params["name"]
-    if not NAME_RE.fullmatch(name):
-        raise ValidationError("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    return name
 
 
 def _absent(name: str) -> HTTPError:
@@ -55,7 +44,7 @@ async def _visible_row(request: Request, ctx: ApiContext, name: str) -> tuple:
 
 
 async def list_channels(request: Request) -> JSONResponse:
-    ctx = _ctx(request)
+    ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     clause, params = tenant_clause(request)
     rows = await ctx.fetchall(
@@ -65,7 +54,7 @@ async def list_channels(request: Request) -> JSONResponse:
 
 
 async def get_channel(request: Request) -> JSONResponse:
-    ctx = _ctx(request)
+    ctx = ctx_of(request)
     await ctx.maybe_barrier(request)
     name = path_name(request)
     row = await _visible_row(request, ctx, name)
@@ -81,7 +70,7 @@ async def get_channel(request: Request) -> JSONResponse:
 
 
 async def put_channel(request: Request) -> JSONResponse:
-    ctx = _ctx(request)
+    ctx = ctx_of(request)
     name = path_name(request)
     body = await json_body(request)
     row = await ctx.fetchone(f"{CHANNEL_SELECT} WHERE name = ?", (name,))
@@ -100,7 +89,7 @@ async def put_channel(request: Request) -> JSONResponse:
 
 
 async def delete_channel(request: Request) -> JSONResponse:
-    ctx = _ctx(request)
+    ctx = ctx_of(request)
     name = path_name(request)
     p = principal_of(request)
     tenants = None if p.admin else sorted(p.tenants)

@@ -16,6 +16,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
@@ -27,10 +28,13 @@ import uvicorn
 
 from raftcron.api.app import create_app
 from raftcron.api.connection_guard import (
+    ACCEPT_BURST,
     ConnectionBudget,
     ConnectionLimits,
+    QuietAcceptErrors,
     guarded_protocol,
     raise_fd_limit,
+    widen_listen_queue,
 )
 from raftcron.api.metrics import NodeMetrics
 from raftcron.cluster import membership
@@ -85,6 +89,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("raftcron.node")
+logging.getLogger("asyncio").addFilter(QuietAcceptErrors())
 
 GRACEFUL_SHUTDOWN_S = 5.0
 # Idle HTTP connections stay open longer than httpx clients keep them (5 s): with equal
@@ -103,6 +108,11 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         self._on_exit()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            widen_listen_queue(sock for server in self.servers for sock in server.sockets)
 
 
 class Node(Leadership, AppliedHooks, PeerRefresh, NodeStatus):
@@ -192,7 +202,7 @@ class Node(Leadership, AppliedHooks, PeerRefresh, NodeStatus):
         config = uvicorn.Config(app, host=self.config.http_host, port=self.config.http_port,
                                 http=guarded_protocol(self.connections),
                                 log_level="warning", lifespan="on", access_log=False,
-                                timeout_keep_alive=KEEP_ALIVE_S,
+                                timeout_keep_alive=KEEP_ALIVE_S, backlog=ACCEPT_BURST,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                                 **self.config.server_ssl_options())
         server = _Server(config, on_exit=self._on_exit_signal)

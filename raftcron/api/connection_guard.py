@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
+import socket
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +43,49 @@ DEFAULT_REQUEST_DEADLINE_S = 5.0
 PER_SOURCE_SHARE = 4
 # How often (at most) a refusal is logged: a flood must not flood the log too.
 LOG_EVERY_S = 10.0
+# asyncio accepts up to its `backlog` argument connections in one turn of the loop, and
+# each holds a descriptor until the guard below has closed it, a turn or two later. With
+# uvicorn's 2,048 a flood took more descriptors in one burst than the budget keeps free,
+# accept() failed with EMFILE and asyncio stopped accepting for a second at a time. The
+# burst is kept well inside RESERVED_FDS; the kernel's queue stays LISTEN_BACKLOG long.
+ACCEPT_BURST = 32
+LISTEN_BACKLOG = 2048
+
+
+def widen_listen_queue(listeners: Iterable[Any], backlog: int = LISTEN_BACKLOG) -> None:
+    """Give listening sockets a kernel queue of `backlog` after asyncio has started them
+    with the smaller ACCEPT_BURST, which it also keeps as its accept burst."""
+    for listener in listeners:
+        # A dup shares the socket: listen() on it changes the queue of the one served.
+        dup = socket.socket(listener.family, listener.type, fileno=os.dup(listener.fileno()))
+        try:
+            dup.listen(backlog)
+        finally:
+            dup.close()
+
+
+class QuietAcceptErrors(logging.Filter):
+    """Lets asyncio's "socket.accept() out of system resource" through once per
+    LOG_EVERY_S, with the count of the ones dropped: each comes with a traceback, and a
+    flood could otherwise write them as fast as it connects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged_at = float("-inf")
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "socket.accept() out of system resource" not in record.getMessage():
+            return True
+        now = time.monotonic()
+        if now - self._logged_at < LOG_EVERY_S:
+            self.dropped += 1
+            return False
+        self._logged_at = now
+        if self.dropped:
+            record.msg = f"{record.msg} ({self.dropped} more since the last one not logged)"
+            self.dropped = 0
+        return True
 
 
 def raise_fd_limit() -> tuple[int, int]:

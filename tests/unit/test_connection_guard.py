@@ -3,11 +3,21 @@ system test is tests/system/test_connection_flood.py)."""
 
 from __future__ import annotations
 
+import logging
+import select
+import socket
 import sqlite3
 
 import pytest
 
-from raftcron.api.connection_guard import RESERVED_FDS, ConnectionBudget, ConnectionLimits
+from raftcron.api.connection_guard import (
+    ACCEPT_BURST,
+    RESERVED_FDS,
+    ConnectionBudget,
+    ConnectionLimits,
+    QuietAcceptErrors,
+    widen_listen_queue,
+)
 from raftcron.cluster.raft import is_resource_error, retry_resource_errors
 
 
@@ -70,3 +80,53 @@ def test_any_other_error_is_not_retried(error: Exception) -> None:
         retry_resource_errors(7, apply, sleep=lambda _: None)
     assert calls == [1]
     assert not is_resource_error(error)
+
+
+def _connected_within(clients: list[socket.socket], seconds: float) -> int:
+    _, writable, _ = select.select([], clients, [], seconds)
+    return sum(1 for c in writable if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0)
+
+
+@pytest.mark.parametrize("widen", [False, True])
+def test_the_listen_queue_is_widened_beyond_the_accept_burst(widen: bool) -> None:
+    """asyncio accepts `backlog` connections a turn, so the node starts its listener with
+    ACCEPT_BURST and then widens the kernel's queue: connections nobody has accepted yet
+    wait there instead of being dropped."""
+    assert ACCEPT_BURST * 4 <= RESERVED_FDS
+    listener = socket.create_server(("127.0.0.1", 0), backlog=1)
+    clients: list[socket.socket] = []
+    try:
+        if widen:
+            widen_listen_queue([listener], backlog=64)
+        for _ in range(20):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(listener.getsockname())
+            clients.append(c)
+        completed = _connected_within(clients, 0.5)
+        # A queue of 1 holds two handshakes; the rest are dropped and retried a second on.
+        assert completed == (20 if widen else 2)
+    finally:
+        for c in clients:
+            c.close()
+        listener.close()
+
+
+def _record(message: str) -> logging.LogRecord:
+    return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
+
+
+def test_accept_errors_are_logged_once_in_a_while_with_a_count() -> None:
+    quiet = QuietAcceptErrors()
+    accept_error = "socket.accept() out of system resource\nsocket: <fd=14>"
+    first = _record(accept_error)
+    assert quiet.filter(first) and first.getMessage() == accept_error
+    assert not any(quiet.filter(_record(accept_error)) for _ in range(1000))
+    assert quiet.dropped == 1000
+    # Anything else asyncio says passes untouched.
+    assert quiet.filter(_record("Task exception was never retrieved"))
+    quiet._logged_at -= 3600  # the interval has passed
+    later = _record(accept_error)
+    assert quiet.filter(later)
+    assert "(1000 more since the last one not logged)" in later.getMessage()
+    assert quiet.dropped == 0

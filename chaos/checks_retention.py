@@ -86,7 +86,11 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
                    ) -> tuple[dict[str, Any], int]:
     """The final nodes with every legitimately pruned occurrence put back (marked
     `pruned`), and how many were put back on the node that lacked the most. Unchanged
-    when the run had no retention."""
+    when the run had no retention.
+
+    A member is judged on its own last observation of an occurrence, except where it saw
+    unfinished what another member saw finished: it lagged, and the finished one is what
+    its own log held by the time it pruned."""
     meta = run.get("meta") or {}
     final = run.get("final") or {}
     nodes: dict[str, Any] = final.get("nodes") or {}
@@ -119,14 +123,19 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
         horizon = read_at.get(nid, end) - retention + CLOCK_SLACK_S
         back: list[dict[str, Any]] = []
         until = node.get("checked_until")  # a node removed mid-run: read up to its cut-off
-        borrowed = 0
+        borrowed = lagged = 0
         for occ_id, (at, o) in sorted(seen.items()):
             if occ_id in have:
                 continue
-            if occ_id in own[nid]:
+            if occ_id not in own[nid]:
+                borrowed += 1
+            elif own[nid][occ_id][1]["status"] in FINISHED or o["status"] not in FINISHED:
                 at, o = own[nid][occ_id]
             else:
-                borrowed += 1
+                # It saw the run unfinished while another member had applied its end: it
+                # lagged (a member catching up, one just added). Every member applies the
+                # same log, so it applied that end later, with the same finish time.
+                lagged += 1
             if until and (ts(o.get("created_at")) or 0) > until - CUTOFF_MARGIN_S:
                 continue  # claimed after the removed node's cut-off: never owed to it
             finished = ts(o.get("finished_at"))
@@ -147,6 +156,9 @@ def restore_pruned(rep: Report, run: dict[str, Any], first_instant: float | None
         if borrowed:
             rep.notes.append(f"{nid}: {borrowed} pruned occurrence(s) judged on another "
                              "member's observation (none of its own saw them)")
+        if lagged:
+            rep.notes.append(f"{nid}: {lagged} pruned occurrence(s) it was last seen holding "
+                             "unfinished, judged on another member's finished observation")
         out[nid] = {**node, "occurrences": list(node.get("occurrences", [])) + back}
     return out, most
 

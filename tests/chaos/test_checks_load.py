@@ -216,6 +216,25 @@ def test_absent_after_being_seen_unfinished(seen_at: float, flagged: bool) -> No
     assert set(v) == ({"retention_unfinished", "lost_instant"} if flagged else set())
 
 
+def test_a_member_that_lagged_saw_running_what_the_others_saw_finished() -> None:
+    """A member catching up (one just added) still held a run unfinished when observed
+    after the horizon, while another member had observed its end before the horizon:
+    it applied that end later and pruned it, as the others did."""
+    run = retention_run()
+    o = {**occ(T0 + 8), "tenant": "default", "status": "running"}
+    assert any(x["id"] == o["id"] and x["status"] == "succeeded"
+               for x in run["observed"][0]["occurrences"])  # n2 saw it finished
+    run["observed"].append({"cluster_wall": HORIZON + 2, "node": "n1", "since": T0,
+                            "until": T0 + 10, "occurrences": [o], "attempts": {}})
+    summary = check(run)
+    assert summary["violations"] == {}
+    assert summary["stats"]["retention"]["restored_pruned"] == 11
+    # Only another member's finished observation excuses it: alone, it is flagged.
+    run["observed"][0]["occurrences"] = [x for x in run["observed"][0]["occurrences"]
+                                         if x["id"] != o["id"]]
+    assert set(check(run)["violations"]) == {"retention_unfinished", "lost_instant"}
+
+
 def test_no_observation_or_a_gap_is_unobserved() -> None:
     v = check(retention_run(observe=False))["violations"]
     assert "retention_unobserved" in v

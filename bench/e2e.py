@@ -3,7 +3,7 @@
 A no-op worker runs in this process (async httpx): it long-polls leases in batches and
 completes every run at once, so the figures measure the scheduler, not the jobs.
 
-    python bench/e2e.py [--jobs 1000] [--seconds 20] [--pollers 4]
+    python bench/e2e.py [--jobs 1000] [--seconds 20] [--pollers 4] [--profile DIR]
 
 `--jobs` jobs fire every second. They are batch-created with a common `start_at` a few
 seconds ahead, and the pollers run before it, so no backlog from the creation period
@@ -12,12 +12,16 @@ Printed: the fire lag (nominal instant → worker holds the lease) p50/p99/max o
 due in the measured window, and the runs completed per second in that window. When the
 offered load (jobs/s) is above what the cluster sustains, the backlog grows, the lag
 grows with it, and runs/s is the saturation throughput.
+
+`--profile DIR` samples every node (and this load generator) with py-spy through the
+measured window and prints where their CPU went (bench/profiling.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -32,6 +36,7 @@ from bench.common import (  # noqa: E402
     noop_poller,
     pct,
 )
+from bench.profiling import record, summarize  # noqa: E402
 from raftcron.core.timefmt import ms_to_iso  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
@@ -39,7 +44,8 @@ QUEUE = "bench"
 WARMUP_S = 3
 
 
-async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
+async def measure(jobs: int, seconds: int, pollers: int, profile: Path | None = None
+                  ) -> dict[str, float]:
     """Lag and runs/s with `jobs` jobs firing every second, over `seconds` of steady state."""
     with tempfile.TemporaryDirectory() as tmp:
         c = LocalCluster(Path(tmp))
@@ -67,13 +73,23 @@ async def measure(jobs: int, seconds: int, pollers: int) -> dict[str, float]:
                     await asyncio.sleep(max(0.0, at - time.time()))
                     marks.append((time.time(), seen.completed))
 
+            async def sample() -> None:
+                if profile is None:
+                    return
+                await asyncio.sleep(max(0.0, window[0] - time.time()))
+                leader_now = c.leader() or leader
+                pids = {(f"{nid} (leader)" if nid == leader_now else nid): proc.pid
+                        for nid, proc in c.procs.items()}
+                pids["load generator"] = os.getpid()
+                await record(pids, seconds, profile)
+
             stop_at = window[1] + 2
             worker = c.auth_headers(c.worker_token)
             # The leader first: a follower would forward every lease and completion. Asked
             # again: bulk creation can move leadership.
             leader = c.wait_leader(timeout=30)
             urls = leader_first(c.urls, leader)
-            await asyncio.gather(mark(), *(
+            await asyncio.gather(mark(), sample(), *(
                 noop_poller(urls, f"bench-w{i}", QUEUE, lambda: time.time() >= stop_at,
                             seen, worker)
                 for i in range(pollers)))
@@ -118,9 +134,14 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--pollers", type=int, default=4)
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="sample the processes with py-spy in the window; raw files in DIR")
     args = p.parse_args()
     print(machine_line())
-    print(table(asyncio.run(measure(args.jobs, args.seconds, args.pollers))))
+    print(table(asyncio.run(measure(args.jobs, args.seconds, args.pollers, args.profile))))
+    if args.profile:
+        print()
+        print(summarize(sorted(args.profile.glob("*.txt"))))
 
 
 if __name__ == "__main__":

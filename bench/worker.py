@@ -1,7 +1,8 @@
 """One real worker against a real three-node cluster: runs/s and lag.
 
 Run: python bench/worker.py [--jobs 200] [--concurrency 4] [--seconds 20] [--warmup 5]
-                            [--only pipeline|no-pipeline] [--out FILE]
+                            [--only pipeline,no-pipeline,threaded] [--out FILE]
+                            [--profile DIR]
 
 For each mode (by default both, one after the other, each on a fresh cluster) this starts
 three `raftcron node` processes (as `raftcron up` does), adds `--jobs` every-second shell
@@ -22,8 +23,13 @@ started, so the lag is measured where it matters, not at lease or completion tim
 
 Modes: `pipeline` is the worker as shipped (leases ahead: `--prefetch` defaults to the
 concurrency, acknowledgements and completions off the slots' path); `no-pipeline` is
-`--prefetch 0`, the worker leasing only for free slots. One run per mode, not a median of
-several: the machine is shared, so rerun before trusting a small difference.
+`--prefetch 0`, the worker leasing only for free slots; `threaded` is `pipeline` waiting
+for its job processes as Python 3.11's asyncio does by default, a thread each
+(raftcron.worker.child_watch). One run per mode, not a median of several: the machine is
+shared, so rerun before trusting a small difference.
+
+`--profile DIR` samples the nodes and the worker with py-spy through the window and prints
+where their CPU went (bench/profiling.py).
 """
 
 from __future__ import annotations
@@ -35,18 +41,27 @@ import platform
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.profiling import record_blocking, summarize  # noqa: E402
 from raftcron.config import load_config  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 TARGET_RUNS_S = 200
 TARGET_P99_S = 1.0
 QUEUE = "bench"
-MODES = {"pipeline": (), "no-pipeline": ("--prefetch", "0")}
+# mode: (worker arguments, worker environment)
+MODES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "pipeline": ((), {}),
+    "no-pipeline": (("--prefetch", "0"), {}),
+    # Python 3.11's own way of waiting for job processes, a thread each, for comparison
+    # (raftcron.worker.child_watch); the same as `pipeline` on 3.12 and later.
+    "threaded": ((), {"RAFTCRON_WORKER_CHILD_WATCHER": "threaded"}),
+}
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -99,13 +114,24 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             leader = c.wait_leader(timeout=60)
             c.wait_serving()
             # The worker first: a backlog built while the jobs are added would be measured.
-            c.start_worker("bench-w1", concurrency=args.concurrency, queues=QUEUE,
-                           extra_args=MODES[mode])
+            worker_args, worker_env = MODES[mode]
+            c.worker_env.update(worker_env)
+            worker = c.start_worker("bench-w1", concurrency=args.concurrency, queues=QUEUE,
+                                    extra_args=worker_args)
             add_jobs(c, leader, args.jobs)
             time.sleep(args.warmup)
             start_ms = (int(time.time()) + 1) * 1000
             end_ms = start_ms + args.seconds * 1000
+            sampler = None
+            if args.profile:
+                pids = {nid: proc.pid for nid, proc in c.procs.items()}
+                pids[f"worker ({mode})"] = worker.pid
+                sampler = threading.Thread(target=record_blocking, args=(
+                    pids, args.seconds, args.profile / mode, start_ms / 1000))
+                sampler.start()
             time.sleep(max(0.0, end_ms / 1000 - time.time()) + args.grace)
+            if sampler is not None:
+                sampler.join()
             got = measure(c, args.jobs, start_ms, end_ms)
         finally:
             c.close()
@@ -141,10 +167,13 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
         lines.append(f"{r['mode']:<12} {r['due']:>6} {r['ran']:>6} {r['unstarted']:>9} "
                      f"{r['runs_s']:>7.1f} {r['done_s']:>7.1f} {fig(r['p50']):>9} "
                      f"{fig(r['p99']):>9} {fig(r['max']):>9}")
-    if len(results) == 2 and results[1]["done_s"]:
+    first = results[0]
+    if len(results) > 1:
         lines.append("")
-        lines.append(f"pipeline / no-pipeline done/s: "
-                     f"{results[0]['done_s'] / results[1]['done_s']:.2f}")
+    for other in results[1:]:
+        if other["done_s"]:
+            lines.append(f"{first['mode']} / {other['mode']} done/s: "
+                         f"{first['done_s'] / other['done_s']:.2f}")
     return "\n".join(lines) + "\n"
 
 
@@ -156,15 +185,22 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--grace", type=float, default=3.0,
                    help="seconds after the window before the state is read")
-    p.add_argument("--only", choices=sorted(MODES))
+    p.add_argument("--only", help="modes, comma-separated, of: " + ", ".join(MODES))
     p.add_argument("--out", help="also write the report to this file")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="sample the processes with py-spy in the window; raw files in DIR")
     args = p.parse_args()
-    modes = [args.only] if args.only else ["pipeline", "no-pipeline"]
+    modes = args.only.split(",") if args.only else ["pipeline", "no-pipeline"]
+    if unknown := set(modes) - set(MODES):
+        p.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
     results = []
     for mode in modes:
         print(f"running {mode} ...", file=sys.stderr, flush=True)
         results.append(run_mode(mode, args))
     text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]))
+    if args.profile:
+        text += "\n" + "\n\n".join(summarize(sorted((args.profile / m).glob("*.txt")))
+                                    for m in modes) + "\n"
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text)

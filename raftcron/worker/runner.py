@@ -55,6 +55,7 @@ import httpx
 
 from raftcron.worker.backoff import Backoff
 from raftcron.worker.base import EWMA_WEIGHT, HeldRun
+from raftcron.worker.child_watch import watch_children_with_pidfds
 from raftcron.worker.client import ApiError, ServerUnavailable
 from raftcron.worker.clock import PROBE_EVERY_S
 from raftcron.worker.heartbeats import LEASE_REJECTIONS, Heartbeats
@@ -260,6 +261,7 @@ def main(
 
     async def amain() -> None:
         loop = asyncio.get_running_loop()
+        log.info("job processes are watched by %s", watch_children_with_pidfds(loop))
         stop = asyncio.Event()
         current = asyncio.current_task()
 

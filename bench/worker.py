@@ -54,6 +54,7 @@ from raftcron.testing import LocalCluster  # noqa: E402
 TARGET_RUNS_S = 200
 TARGET_P99_S = 1.0
 QUEUE = "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 # mode: (worker arguments, worker environment)
 MODES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "pipeline": ((), {}),
@@ -77,6 +78,13 @@ def add_jobs(c: LocalCluster, nid: str, n: int) -> None:
         assert r.status_code in (200, 201), r.text
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own CPU seconds, those of its children it has reaped), user+system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return own, (int(fields[13]) + int(fields[14])) / CLK_TCK
+
+
 def measure(c: LocalCluster, jobs: int, start_ms: int, end_ms: int) -> dict[str, Any]:
     """Read one node's SQLite state (read-only) for the instants in [start, end)."""
     path = load_config(str(c.configs[0])).db_path
@@ -88,9 +96,10 @@ def measure(c: LocalCluster, jobs: int, start_ms: int, end_ms: int) -> dict[str,
             "JOIN attempts a ON a.occurrence_id = o.id AND a.status = 'succeeded' "
             "WHERE o.kind = 'scheduled' AND o.scheduled_for_ms >= ? AND o.scheduled_for_ms < ?",
             (start_ms, end_ms)).fetchall()
-        done = conn.execute(
-            "SELECT count(*) FROM attempts WHERE status = 'succeeded' AND finished_ms >= ? "
-            "AND finished_ms < ?", (start_ms, end_ms)).fetchone()[0]
+        ended = dict(conn.execute(
+            "SELECT status, count(*) FROM attempts WHERE finished_ms >= ? AND finished_ms < ? "
+            "GROUP BY status", (start_ms, end_ms)).fetchall())
+        done = ended.get("succeeded", 0)
     finally:
         conn.close()
     lags: list[float] = []
@@ -103,7 +112,7 @@ def measure(c: LocalCluster, jobs: int, start_ms: int, end_ms: int) -> dict[str,
         ran_at[scheduled] = ran_at.get(scheduled, 0) + 1
     waited = [read_s - t / 1000 for t in range(start_ms, end_ms, 1000)
               for _ in range(jobs - ran_at.get(t, 0))]
-    return {"ran_lags": lags, "unstarted_waits": waited, "done": done}
+    return {"ran_lags": lags, "unstarted_waits": waited, "done": done, "ended": ended}
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -129,7 +138,15 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 sampler = threading.Thread(target=record_blocking, args=(
                     pids, args.seconds, args.profile / mode, start_ms / 1000))
                 sampler.start()
-            time.sleep(max(0.0, end_ms / 1000 - time.time()) + args.grace)
+            time.sleep(max(0.0, start_ms / 1000 - time.time()))
+            procs = {**{nid: proc.pid for nid, proc in c.procs.items()}, "worker": worker.pid}
+            cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+            time.sleep(max(0.0, end_ms / 1000 - time.time()))
+            cores = {name: (cpu_seconds(pid)[0] - cpu_before[name][0]) / args.seconds
+                     for name, pid in procs.items()}
+            cores["job processes"] = (cpu_seconds(worker.pid)[1]
+                                      - cpu_before["worker"][1]) / args.seconds
+            time.sleep(args.grace)
             if sampler is not None:
                 sampler.join()
             got = measure(c, args.jobs, start_ms, end_ms)
@@ -138,7 +155,8 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     ran, waited = got["ran_lags"], got["unstarted_waits"]
     lags = sorted(ran + waited)
     floor = min(waited, default=math.inf)  # figures at or past it include unstarted runs
-    result = {"mode": mode, "due": len(lags), "ran": len(ran), "unstarted": len(waited),
+    result = {"mode": mode, "cores": cores, "ended": got["ended"], "due": len(lags),
+              "ran": len(ran), "unstarted": len(waited),
               "runs_s": len(ran) / args.seconds, "done_s": got["done"] / args.seconds}
     for name, value in (("p50", quantile(lags, 0.5)), ("p99", quantile(lags, 0.99)),
                         ("max", lags[-1])):
@@ -167,6 +185,16 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
         lines.append(f"{r['mode']:<12} {r['due']:>6} {r['ran']:>6} {r['unstarted']:>9} "
                      f"{r['runs_s']:>7.1f} {r['done_s']:>7.1f} {fig(r['p50']):>9} "
                      f"{fig(r['p99']):>9} {fig(r['max']):>9}")
+    lines.append("")
+    lines.append("cores used in the window (CPU seconds / window seconds; /proc):")
+    for r in results:
+        lines.append(f"  {r['mode']:<12} " + ", ".join(
+            f"{name} {used:.2f}" for name, used in r["cores"].items())
+            + f"; all {sum(r['cores'].values()):.2f} of {os.cpu_count()}")
+    lines.append("attempts that ended in the window, by status:")
+    for r in results:
+        lines.append(f"  {r['mode']:<12} " + ", ".join(
+            f"{status} {n}" for status, n in sorted(r["ended"].items())))
     first = results[0]
     if len(results) > 1:
         lines.append("")

@@ -8,6 +8,7 @@ Claim command; what was claimed is decided at apply time by the database.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sqlite3
 import threading
@@ -33,6 +34,20 @@ MAX_SLEEP_S = 1.0
 CLAIMS_IN_FLIGHT = 4
 GATED_RETRY_S = 0.25
 LOAD_YIELD_EVERY = 200
+
+
+def keep_out_of_full_collections() -> None:
+    """Move every object alive now out of the cyclic collector's reach (gc.freeze).
+
+    A full collection walks every tracked object while holding the GIL. With a million
+    jobs the planner's records make that 0.5 s and more: the Raft thread could not send
+    heartbeats for longer than an election timeout, the followers elected another leader,
+    which loaded the jobs again, and so on (bench/scale.py --jobs 1000000). Frozen
+    objects are still freed when their last reference goes; only cycles among them wait
+    for `gc.unfreeze()`, which the ticker calls when its epoch ends. The whole load runs
+    with the collector off (gc.disable), for the same reason: the heap grows by a quarter
+    many times over, and each time a full collection would walk all of it."""
+    gc.freeze()
 
 
 class LostEpoch(Exception):
@@ -117,18 +132,34 @@ class Ticker:
 
     async def _reload(self, job_ids: set[str] | None) -> None:
         abandoned = threading.Event()
+        whole = job_ids is None
+        if whole:
+            gc.disable()  # see keep_out_of_full_collections
         try:
             records = await asyncio.to_thread(self._load, job_ids, abandoned)
         except asyncio.CancelledError:
             abandoned.set()  # the thread cannot be cancelled; it stops at its next check
             raise
+        finally:
+            if whole:
+                # Frozen first: enabled over an unfrozen heap, the collector's next full
+                # pass would walk all that the load allocated, at once.
+                keep_out_of_full_collections()
+                gc.enable()
         if job_ids is not None:
             for job_id in job_ids:
                 self.planner.remove(job_id)
         for rec in records:
             self.planner.upsert(rec)
+        keep_out_of_full_collections()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            gc.unfreeze()  # what this epoch's planner held goes back to the collector
+
+    async def _run(self) -> None:
         await self._reload(None)
         log.info("ticker started for epoch %d with %d jobs", self.epoch, len(self.planner.jobs))
         while True:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,83 @@ def test_hashed_values_still_differ_per_job() -> None:
     instants = {compile_schedule("H * * * *", hash_key=f"job-{i}").next_after(0)
                 for i in range(200)}
     assert len(instants) > 40  # spread over the hour, not all on one minute
+
+
+@pytest.fixture
+def collector_restored() -> Iterator[None]:
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_the_loaded_jobs_are_kept_out_of_full_collections(
+        tmp_path: Path, collector_restored: None) -> None:
+    """A full collection walks every tracked object holding the GIL: with a million jobs
+    the loaded records made it outlast an election timeout. The load runs with the
+    collector off, the records end frozen (out of its reach) with the collector on again,
+    and the ticker gives them back when its epoch ends."""
+    db = tmp_path / "state.db"
+    _db_with_jobs(db, 500)
+    gc.unfreeze()
+
+    class NeverCommits:
+        async def propose_leader(self, cmd: object) -> dict:
+            await asyncio.Event().wait()
+            return {}
+
+    ticker = Ticker(1, NeverCommits(), lambda: sqlite3.connect(db))  # type: ignore[arg-type]
+    seen_during_load: list[bool] = []
+    real = JobRecord.from_row
+
+    def recording_from_row(row: tuple) -> JobRecord:
+        seen_during_load.append(gc.isenabled())
+        return real(row)
+
+    async def main() -> None:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ticker_mod.JobRecord, "from_row", staticmethod(recording_from_row))
+            await ticker._reload(None)
+            assert seen_during_load == [False] * 500
+            assert gc.isenabled()
+            assert gc.get_freeze_count() > 500  # the records and what they hold
+            # A reload of a few changed jobs keeps the collector on throughout.
+            seen_during_load.clear()
+            await ticker._reload({"j1"})
+            assert seen_during_load == [True]
+        # The epoch ends: the ticker's run is cancelled and unfreezes.
+        task = asyncio.create_task(ticker.run())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gc.get_freeze_count() == 0
+
+    asyncio.run(main())
+    assert len(ticker.planner.jobs) == 500
+
+
+def test_a_cancelled_whole_load_turns_the_collector_back_on(
+        tmp_path: Path, collector_restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "state.db"
+    _db_with_jobs(db, 2000)
+    started = threading.Event()
+    real = JobRecord.from_row
+
+    def slow_from_row(row: tuple) -> JobRecord:
+        started.set()
+        time.sleep(0.0005)
+        return real(row)
+
+    monkeypatch.setattr(ticker_mod.JobRecord, "from_row", staticmethod(slow_from_row))
+    ticker = Ticker(1, object(), lambda: sqlite3.connect(db))  # type: ignore[arg-type]
+
+    async def main() -> None:
+        task = asyncio.create_task(ticker._reload(None))
+        await asyncio.to_thread(started.wait, 5)
+        assert not gc.isenabled()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gc.isenabled()
+
+    asyncio.run(main())

@@ -36,7 +36,7 @@ GATED_RETRY_S = 0.25
 LOAD_YIELD_EVERY = 200
 
 
-def keep_out_of_full_collections() -> None:
+def keep_out_of_full_collections(collect_first: bool = False) -> None:
     """Move every object alive now out of the cyclic collector's reach (gc.freeze).
 
     A full collection walks every tracked object while holding the GIL. With a million
@@ -46,7 +46,13 @@ def keep_out_of_full_collections() -> None:
     objects are still freed when their last reference goes; only cycles among them wait
     for `gc.unfreeze()`, which the ticker calls when its epoch ends. The whole load runs
     with the collector off (gc.disable), for the same reason: the heap grows by a quarter
-    many times over, and each time a full collection would walk all of it."""
+    many times over, and each time a full collection would walk all of it.
+
+    `collect_first` (every reload after the whole load): a full collection first, so the
+    garbage cycles of the moment are freed rather than frozen until the epoch ends; it
+    walks only what was allocated since the last freeze."""
+    if collect_first:
+        gc.collect()
     gc.freeze()
 
 
@@ -151,7 +157,7 @@ class Ticker:
                 self.planner.remove(job_id)
         for rec in records:
             self.planner.upsert(rec)
-        keep_out_of_full_collections()
+        keep_out_of_full_collections(collect_first=not whole)
 
     async def run(self) -> None:
         try:

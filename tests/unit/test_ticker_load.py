@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def test_hashed_values_still_differ_per_job() -> None:
     assert len(instants) > 40  # spread over the hour, not all on one minute
 
 
+class Cycle:
+    me: object = None
+
+
 @pytest.fixture
 def collector_restored() -> Iterator[None]:
     yield
@@ -131,10 +136,16 @@ def test_the_loaded_jobs_are_kept_out_of_full_collections(
             assert seen_during_load == [False] * 500
             assert gc.isenabled()
             assert gc.get_freeze_count() > 500  # the records and what they hold
-            # A reload of a few changed jobs keeps the collector on throughout.
+            # A reload of a few changed jobs keeps the collector on throughout, and frees
+            # the garbage cycles of the moment instead of freezing them with the rest.
+            cycle = Cycle()
+            cycle.me = cycle
+            gone = weakref.ref(cycle)
+            del cycle
             seen_during_load.clear()
             await ticker._reload({"j1"})
             assert seen_during_load == [True]
+            assert gone() is None
         # The epoch ends: the ticker's run is cancelled and unfreezes.
         task = asyncio.create_task(ticker.run())
         await asyncio.sleep(0.2)

@@ -14,13 +14,13 @@ the other half of bench/worker.py's side-by-side).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 import warnings
 
-log = logging.getLogger("raftcron.worker")
 ENV_VAR = "RAFTCRON_WORKER_CHILD_WATCHER"
+# What watch_children_with_pidfds chose in this process ("asyncio": it was not called).
+chosen = "asyncio"
 
 
 def pidfds_work() -> bool:
@@ -37,13 +37,17 @@ def pidfds_work() -> bool:
 def watch_children_with_pidfds(loop: asyncio.AbstractEventLoop) -> str:
     """Make `loop` (running) watch child exits through pidfds where that is not already
     the default; the watcher in use afterwards: "pidfd", "default" (3.12+, which picks
-    pidfds itself where they work) or "threaded" (no pidfds here: asyncio's own)."""
+    pidfds itself where they work) or "threaded" (no pidfds here: asyncio's own).
+    Logs nothing: a worker whose configuration is refused prints one line and no more."""
+    global chosen
+    chosen = _choose(loop)
+    return chosen
+
+
+def _choose(loop: asyncio.AbstractEventLoop) -> str:
     if sys.version_info >= (3, 12):
         return "default"
-    if os.environ.get(ENV_VAR) == "threaded":
-        return "threaded"
-    if not pidfds_work():
-        log.info("pidfds are not available; child processes are watched by threads")
+    if os.environ.get(ENV_VAR) == "threaded" or not pidfds_work():
         return "threaded"
     watcher = asyncio.PidfdChildWatcher()
     watcher.attach_loop(loop)

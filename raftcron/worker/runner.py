@@ -53,6 +53,7 @@ import sys
 
 import httpx
 
+from raftcron.worker import child_watch
 from raftcron.worker.backoff import Backoff
 from raftcron.worker.base import EWMA_WEIGHT, HeldRun
 from raftcron.worker.child_watch import watch_children_with_pidfds
@@ -106,8 +107,9 @@ class Worker(LeaseLoop, Heartbeats):
     """One worker process's state. Most callers want `run_worker`."""
 
     async def run(self, stop: asyncio.Event) -> None:
-        log.info("worker %s starting: servers=%s queues=%s concurrency=%d", self.worker_id,
-                 ",".join(self.client.servers), ",".join(self.queues) or "-", self.concurrency)
+        log.info("worker %s starting: servers=%s queues=%s concurrency=%d, job exits seen "
+                 "by %s", self.worker_id, ",".join(self.client.servers),
+                 ",".join(self.queues) or "-", self.concurrency, child_watch.chosen)
         reporter = asyncio.create_task(self.reporter.run(), name="raftcron-reporter")
         heartbeats = asyncio.create_task(self._heartbeat_loop(), name="raftcron-heartbeats")
         clock = asyncio.create_task(self._clock_loop(), name="raftcron-clock")
@@ -261,7 +263,7 @@ def main(
 
     async def amain() -> None:
         loop = asyncio.get_running_loop()
-        log.info("job processes are watched by %s", watch_children_with_pidfds(loop))
+        watch_children_with_pidfds(loop)
         stop = asyncio.Event()
         current = asyncio.current_task()
 

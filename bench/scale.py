@@ -178,14 +178,7 @@ def run(jobs: int, keep: str | None = None, reuse: bool = False) -> list[tuple[s
             rows += [("snapshot (raft.snapshot)", f"{snap:.1f} MB"),
                      ("state.db (+WAL)", f"{db:.1f} MB"), ("Raft journal", f"{journal:.1f} MB")]
 
-            follower = next(n for n in c.ids if n != leader)
-            c.kill(follower)
-            rows.append(("follower restart (kill -9 → /readyz 200)",
-                         f"{time_until_ready(c, [follower]):.2f} s"))
-            c.kill(follower)
-            shutil.rmtree(c.root / follower)
-            rows.append(("wiped follower (empty data dir → /readyz 200, via snapshot)",
-                         f"{time_until_ready(c, [follower]):.2f} s"))
+            rows += follower_restarts(c, leader)
             for nid in list(c.procs):
                 c.kill(nid)
             rows.append(("whole cluster (kill -9 all three → leader ticking, all ready)",
@@ -197,6 +190,20 @@ def run(jobs: int, keep: str | None = None, reuse: bool = False) -> list[tuple[s
         finally:
             c.close()
     return rows
+
+
+def follower_restarts(c: LocalCluster, leader: str, timeout: float = 300
+                      ) -> list[tuple[str, str]]:
+    """A follower killed and started again, then killed, wiped and started empty (the
+    leader sends it the snapshot): seconds until its /readyz is 200, each."""
+    follower = next(n for n in c.ids if n != leader)
+    c.kill(follower)
+    restart = time_until_ready(c, [follower], timeout)
+    c.kill(follower)
+    shutil.rmtree(c.root / follower)
+    wiped = time_until_ready(c, [follower], timeout)
+    return [("follower restart (kill -9 → /readyz 200)", f"{restart:.2f} s"),
+            ("wiped follower (empty data dir → /readyz 200, via snapshot)", f"{wiped:.2f} s")]
 
 
 def measure_kept(c: LocalCluster, jobs: int) -> Rows:
@@ -220,14 +227,7 @@ def measure_kept(c: LocalCluster, jobs: int) -> Rows:
         rows.append(("snapshot (raft.snapshot)", f"{snap.stat().st_size / 1e6:.1f} MB"))
     db = sum(p.stat().st_size for p in (c.root / leader).glob("state.db*")) / 1e6
     rows.append(("state.db (+WAL)", f"{db:.1f} MB"))
-    follower = next(n for n in c.ids if n != leader)
-    c.kill(follower)
-    rows.append(("follower restart (kill -9 → /readyz 200)",
-                 f"{time_until_ready(c, [follower], timeout=900):.2f} s"))
-    c.kill(follower)
-    shutil.rmtree(c.root / follower)
-    rows.append(("wiped follower (empty data dir → /readyz 200, via snapshot)",
-                 f"{time_until_ready(c, [follower], timeout=900):.2f} s"))
+    rows += follower_restarts(c, leader, timeout=900)
     time.sleep(5)
     for nid, mb in rss(c).items():
         rows.append((f"RSS {nid} at the end", f"{mb:.0f} MB"))

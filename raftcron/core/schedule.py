@@ -278,6 +278,13 @@ class CronSchedule:
     _day_cache: dict[tuple[int, int], tuple[int, ...]] = field(
         default_factory=dict, repr=False, compare=False, hash=False
     )
+    # The last answer of `next_after` with the range it holds for: next_after(t) is `nxt`
+    # for every t in [lo, nxt). A fleet's equal schedules share one object and mostly ask
+    # from the same watermark, so a new leader loading a million jobs computes each
+    # distinct answer once. One tuple, replaced whole, so threads may share it.
+    _last_answer: list[tuple[int, int]] = field(
+        default_factory=lambda: [(0, 0)], repr=False, compare=False, hash=False
+    )
 
     # ----------------------------------------------------------------- local search
 
@@ -340,7 +347,17 @@ class CronSchedule:
 
         Returns None when the schedule does not fire within about ten years of ``ts``.
         """
-        u = int(ts) + 1
+        ts = int(ts)
+        lo, nxt = self._last_answer[0]
+        if lo <= ts < nxt:
+            return nxt
+        found = self._next_after(ts)
+        if found is not None:
+            self._last_answer[0] = (ts, found)
+        return found
+
+    def _next_after(self, ts: int) -> int | None:
+        u = ts + 1
         year = _year_of(u)
         if year >= _MAX_YEAR or year < 2:
             return None
@@ -418,6 +435,12 @@ def compile_schedule(
     shape = _shape(cron)
     return _compile(_resolve_hashes(shape, hash_key), shape.has_seconds,
                     shape.is_fixed_time, cron, timezone, dst_gap, dst_fold)
+
+
+def hash_resolution(cron: str, hash_key: str) -> tuple[str, str, str, str, str, str]:
+    """The six fields of ``cron`` with the ``H`` items of job ``hash_key`` resolved: two
+    jobs whose resolutions are equal compile to the same schedule."""
+    return _resolve_hashes(_shape(cron), hash_key)
 
 
 @lru_cache(maxsize=8192)

@@ -12,12 +12,13 @@ Pure: no clock, no I/O. It only calls the public functions of core.schedule.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from raftcron.core.one_time import IntervalSchedule, OnceSchedule, compile_kind
-from raftcron.core.schedule import CronSchedule
+from raftcron.core.schedule import CronSchedule, hash_resolution
 
 # 9999-12-31T23:59:59Z: no fire instant lies after it (the schedule engine computes in
 # years up to 9999; asked for an instant after this second it would fail).
@@ -143,3 +144,49 @@ def _member(s: dict[str, Any], hash_key: str) -> Member:
         end_at_ms=s.get("end_at_ms"),
         jitter_s=s.get("jitter_s", 0) or 0,
     )
+
+
+class FleetSchedules:
+    """The `ScheduleSet`s of many jobs, built from their stored JSON: each distinct JSON is
+    parsed once, and each distinct compiled set is built once and shared.
+
+    A new leader compiles every job's schedules before it ticks, a million of them in a
+    large fleet. Jobs with equal schedules share one set (sets are immutable); for a
+    schedule with ``H`` items, equal means the same text and the same resolved values, so
+    a million ``H H * * *`` jobs are 1,440 sets. Both caches are bounded: a fleet of all
+    distinct schedules only misses.
+    """
+
+    MAX_ENTRIES = 65_536
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str | None], tuple[list[dict[str, Any]], bool]] = {}
+        self._sets: dict[object, ScheduleSet] = {}
+
+    def get(self, schedule_json: str, schedules_json: str | None, hash_key: str
+            ) -> ScheduleSet:
+        """The set of a job whose spec holds `schedule` and `schedules` as this JSON (the
+        latter None when absent), for job id `hash_key`."""
+        text_key = (schedule_json, schedules_json)
+        parsed = self._parsed.get(text_key)
+        if parsed is None:
+            raws = (json.loads(schedules_json) if schedules_json else None) or [
+                json.loads(schedule_json)]
+            hashed = any("H" in (r.get("cron") or "") for r in raws)
+            parsed = self._remember(self._parsed, text_key, (raws, hashed))
+        raws, hashed = parsed
+        key: object = text_key
+        if hashed:
+            key = (text_key, tuple(hash_resolution(r.get("cron") or "", hash_key)
+                                   for r in raws))
+        found = self._sets.get(key)
+        if found is None:
+            found = self._remember(self._sets, key,
+                                   ScheduleSet([_member(r, hash_key) for r in raws]))
+        return found
+
+    def _remember(self, cache: dict, key: object, value: Any) -> Any:
+        if len(cache) >= self.MAX_ENTRIES:
+            cache.clear()
+        cache[key] = value
+        return value

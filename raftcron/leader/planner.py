@@ -10,14 +10,14 @@ from __future__ import annotations
 import heapq
 import json
 import sys
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.core import policy
 from raftcron.core.ahead import HERD_SIZE
 from raftcron.core.calendar import CompiledCalendar, excluding_calendar, skip_reason
 from raftcron.core.schedule import jitter_offset_ms
-from raftcron.core.schedule_set import ScheduleSet
+from raftcron.core.schedule_set import FleetSchedules, ScheduleSet
 
 LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
@@ -31,40 +31,42 @@ MAX_INSTANTS_PER_JOB_ROUND = 5000
 
 @dataclass(slots=True)
 class JobRecord:
-    """What the planner keeps of one job: a new leader holds one per job (100,000 jobs
-    are 100,000 records), so only the fields planning reads are kept, not the spec."""
+    """What the planner keeps of one job: a new leader holds one per job (a million jobs
+    are a million records), so only the fields planning reads are kept, not the spec."""
 
     id: str
     version: int
     paused: bool
     watermark_ms: int
-    spec: InitVar[dict[str, Any]]
-    schedule: ScheduleSet = field(init=False)
-    calendars: tuple[str, ...] = field(init=False)
-    misfire_policy: str = field(init=False)
-    misfire_grace_s: int = field(init=False)
-    catch_up_max: int = field(init=False)
+    schedule: ScheduleSet
+    calendars: tuple[str, ...]
+    misfire_policy: str
+    misfire_grace_s: int
+    catch_up_max: int
     next_ms: int | None = field(init=False, default=None)
 
-    def __post_init__(self, spec: dict[str, Any]) -> None:
-        self.schedule = ScheduleSet.from_spec(spec, self.id)
-        self.calendars = tuple(spec.get("calendars") or ())
-        self.misfire_policy = sys.intern(spec["misfire_policy"])
-        self.misfire_grace_s = spec["misfire_grace_s"]
-        self.catch_up_max = spec["catch_up_max"]
+    def __post_init__(self) -> None:
         self.next_ms = self._next_after(self.watermark_ms)
 
     @classmethod
-    def from_row(cls, row: tuple) -> JobRecord:
-        """row: (id, version, paused, watermark_ms, planning_json), the last being the JSON
-        array [schedule, misfire_policy, misfire_grace_s, catch_up_max, schedules,
-        calendars] (ticker.JOB_ROW_SQL; the last two null for a job without them)."""
-        schedule, misfire_policy, grace_s, catch_up_max, *more = json.loads(row[4])
-        schedules, calendars = (more + [None, None])[:2]
-        return cls(row[0], row[1], bool(row[2]), row[3], {
-            "schedule": schedule, "misfire_policy": misfire_policy,
-            "misfire_grace_s": grace_s, "catch_up_max": catch_up_max,
-            "schedules": schedules, "calendars": calendars})
+    def from_spec(cls, job_id: str, version: int, paused: bool, watermark_ms: int,
+                  spec: dict[str, Any]) -> JobRecord:
+        return cls(job_id, version, paused, watermark_ms, ScheduleSet.from_spec(spec, job_id),
+                   tuple(spec.get("calendars") or ()), sys.intern(spec["misfire_policy"]),
+                   spec["misfire_grace_s"], spec["catch_up_max"])
+
+    @classmethod
+    def from_row(cls, row: tuple, schedules: FleetSchedules) -> JobRecord:
+        """row: (id, version, paused, watermark_ms, schedule, misfire_policy,
+        misfire_grace_s, catch_up_max, schedules, calendars) as `ticker.JOB_ROW_SQL`
+        reads them: the schedules and calendars as JSON text, the last two null for a job
+        without them."""
+        (job_id, version, paused, watermark_ms, schedule_json, misfire_policy, grace_s,
+         catch_up_max, schedules_json, calendars_json) = row
+        return cls(job_id, version, bool(paused), watermark_ms,
+                   schedules.get(schedule_json, schedules_json, job_id),
+                   tuple(json.loads(calendars_json)) if calendars_json else (),
+                   sys.intern(misfire_policy), grace_s, catch_up_max)
 
     def _next_after(self, after_ms: int) -> int | None:
         """The next instant of the union of the job's schedules (within their bounds)."""

@@ -142,7 +142,7 @@ def test_an_untrusted_ticker_claims_nothing_until_trusted() -> None:
     now = 1_767_225_600_000
     ticker = Ticker(1, _NeverPropose(), lambda: None, clock=lambda: now)  # type: ignore[arg-type]
     spec = parse_job({"id": "j", "schedule": "* * * * * *", "target": {"shell": "true"}})
-    ticker.planner.upsert(JobRecord("j", 1, False, now - 5_000, spec.to_spec()))
+    ticker.planner.upsert(JobRecord.from_spec("j", 1, False, now - 5_000, spec.to_spec()))
     ticker.gate = lambda: False
     asyncio.run(ticker.tick_once())
     assert ticker.clock_blocked and ticker.last_tick_ms is None
@@ -164,7 +164,7 @@ def test_a_gated_ticker_waits_instead_of_spinning() -> None:
     now = 1_767_225_600_000
     ticker = Ticker(1, _NeverPropose(), lambda: None, clock=lambda: now)  # type: ignore[arg-type]
     spec = parse_job({"id": "j", "schedule": "* * * * * *", "target": {"shell": "true"}})
-    ticker.planner.upsert(JobRecord("j", 1, False, now - 60_000, spec.to_spec()))
+    ticker.planner.upsert(JobRecord.from_spec("j", 1, False, now - 60_000, spec.to_spec()))
     ticker.gate = lambda: False
 
     async def scenario() -> int:

@@ -19,6 +19,7 @@ from raftcron.core.one_time import (
     parse_every,
 )
 from raftcron.core.schedule import ScheduleError, to_utc_iso
+from raftcron.core.schedule_set import FleetSchedules
 from raftcron.leader.planner import JobRecord, TickPlanner
 
 
@@ -181,10 +182,13 @@ def test_the_new_kinds_need_protocol_level_2() -> None:
 
 
 def record(spec: dict, watermark: int) -> JobRecord:
-    row = ("j", 1, False, watermark, json.dumps([
-        spec["schedule"], spec["misfire_policy"], spec["misfire_grace_s"],
-        spec["catch_up_max"], spec.get("schedules"), spec.get("calendars")]))
-    return JobRecord.from_row(row)
+    def text(value: object) -> str | None:
+        return None if value is None else json.dumps(value)
+
+    row = ("j", 1, False, watermark, text(spec["schedule"]), spec["misfire_policy"],
+           spec["misfire_grace_s"], spec["catch_up_max"], text(spec.get("schedules")),
+           text(spec.get("calendars")))
+    return JobRecord.from_row(row, FleetSchedules())
 
 
 def test_the_planner_claims_a_one_time_instant_once_and_then_nothing() -> None:

@@ -11,7 +11,7 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 def rec(job_id: str, cron: str, watermark: int, **extra: object) -> JobRecord:
     spec = parse_job({"id": job_id, "schedule": cron, "target": {"shell": "true"},
                       **extra}).to_spec()
-    return JobRecord(job_id, 1, bool(extra.get("paused", False)), watermark, spec)
+    return JobRecord.from_spec(job_id, 1, bool(extra.get("paused", False)), watermark, spec)
 
 
 def test_claims_within_the_lookahead_and_not_beyond() -> None:
@@ -77,7 +77,7 @@ def test_a_multi_schedule_job_claims_the_union_once_with_matched_names() -> None
     spec = parse_job({"id": "m", "target": {"shell": "true"}, "schedules": [
         {"cron": "*/2 * * * * *", "name": "even"},
         {"cron": "*/3 * * * * *", "name": "three"}]}).to_spec()
-    p.upsert(JobRecord("m", 1, False, T0 - 1, spec))
+    p.upsert(JobRecord.from_spec("m", 1, False, T0 - 1, spec))
     items = p.due(T0 + 6000 - 1000)  # claims through T0 + 6 s
     assert [(i[2] - T0) // 1000 for i in items] == [0, 2, 3, 4, 6]
     by_second = {(i[2] - T0) // 1000: i[5] for i in items}

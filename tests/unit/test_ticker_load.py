@@ -16,6 +16,7 @@ import pytest
 
 from raftcron.core.model import parse_job
 from raftcron.core.schedule import compile_schedule
+from raftcron.core.schedule_set import FleetSchedules
 from raftcron.leader import ticker as ticker_mod
 from raftcron.leader.planner import JobRecord
 from raftcron.leader.ticker import Ticker
@@ -49,11 +50,11 @@ def test_a_cancelled_load_stops_compiling(tmp_path: Path, monkeypatch: pytest.Mo
     started = threading.Event()
     real = JobRecord.from_row
 
-    def slow_from_row(row: tuple) -> JobRecord:
+    def slow_from_row(row: tuple, schedules: FleetSchedules) -> JobRecord:
         compiled.append(row[0])
         started.set()
         time.sleep(0.0005)
-        return real(row)
+        return real(row, schedules)
 
     monkeypatch.setattr(ticker_mod.JobRecord, "from_row", staticmethod(slow_from_row))
     ticker = Ticker(1, object(), lambda: sqlite3.connect(db))  # type: ignore[arg-type]
@@ -128,9 +129,9 @@ def test_the_loaded_jobs_are_kept_out_of_full_collections(
     seen_during_load: list[bool] = []
     real = JobRecord.from_row
 
-    def recording_from_row(row: tuple) -> JobRecord:
+    def recording_from_row(row: tuple, schedules: FleetSchedules) -> JobRecord:
         seen_during_load.append(gc.isenabled())
-        return real(row)
+        return real(row, schedules)
 
     async def main() -> None:
         with pytest.MonkeyPatch.context() as mp:

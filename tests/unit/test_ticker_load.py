@@ -160,3 +160,37 @@ def test_the_loaded_jobs_are_kept_out_of_full_collections(
 
     asyncio.run(main())
     assert len(ticker.planner.jobs) == 500
+
+
+def test_the_event_loop_runs_between_chunks_of_upserts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collector_restored: None) -> None:
+    """Putting a million records into the planner takes seconds on the event loop: the
+    node's other tasks (its API) must run between chunks, not wait for all of them."""
+    db = tmp_path / "state.db"
+    _db_with_jobs(db, 500)
+    monkeypatch.setattr(ticker_mod, "UPSERT_YIELD_EVERY", 100)
+    ticker = Ticker(1, object(), lambda: sqlite3.connect(db))  # type: ignore[arg-type]
+    done = 0
+    real = ticker.planner.upsert
+
+    def counting_upsert(rec: JobRecord) -> None:
+        nonlocal done
+        done += 1
+        real(rec)
+
+    ticker.planner.upsert = counting_upsert  # type: ignore[method-assign]
+    seen: list[int] = []
+
+    async def other_task() -> None:
+        while True:
+            seen.append(done)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        other = asyncio.create_task(other_task())
+        await ticker._reload(None)
+        other.cancel()
+
+    asyncio.run(main())
+    assert len(ticker.planner.jobs) == 500
+    assert {100, 200, 300, 400} <= set(seen), sorted(set(seen))

@@ -1,8 +1,16 @@
-"""The overview's search (`GET /v1/status/jobs?q=`) over a large fleet: the searched text
-computed once per row and matched in Python (as the API does), against one SQL LIKE
-condition per word (which evaluates the text once per word). Prints medians of 5.
+"""The overview's search (`GET /v1/status/jobs?q=`) over a large fleet, side by side:
 
-    python bench/overview_search.py [--jobs 20000]
+- kept words: what the API does now. Each job's words are a row of `job_search`, kept by
+  triggers (state.job_search), matched with one `instr` a word in SQL, the first 201 by
+  id (`api.status.matching_job_ids`, its SQL part);
+- computed per search: what it did before. The words computed from every job's spec at
+  each search and matched in Python.
+
+Prints the median of 5 for each query, and the ratio.
+
+    python bench/overview_search.py [--jobs 1000000] [--db PATH]
+
+`--db` keeps the fleet between runs (built when missing).
 """
 
 from __future__ import annotations
@@ -11,41 +19,57 @@ import argparse
 import json
 import sqlite3
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-from raftcron.api.status import SEARCHED
-from raftcron.core.model import parse_job
-from raftcron.state.db import schema_sql
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import machine_line  # noqa: E402
+from raftcron.core.model import parse_job  # noqa: E402
+from raftcron.state.db import open_writer  # noqa: E402
+from raftcron.state.job_search import searched_words  # noqa: E402
 
-QUERIES = {
-    "one word": ["fleet-19999"],
-    "100 words (99 x 'e' and 'zzz')": ["e"] * 99 + ["zzz"],
-    "36 distinct one-letter words": list("abcdefghijklmnopqrstuvwxyz0123456789"),
-}
-
-
-def fleet(n: int) -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:")
-    conn.executescript(schema_sql())
-    for i in range(n):
-        spec = parse_job({"id": f"fleet-{i:05d}", "schedule": "0 3 * * *",
-                          "labels": {"team": "billing"}, "target": {"shell": "true"}}).to_spec()
-        conn.execute("INSERT INTO jobs (id, tenant, version, spec, paused, queue, "
-                     "watermark_ms, created_ms, updated_ms) VALUES (?, ?, 1, ?, 0, ?, 0, 0, 0)",
-                     (spec["id"], "default", json.dumps(spec), "default"))
-    return conn
+LIMIT = 201
 
 
-def per_word_sql(conn: sqlite3.Connection, words: list[str]) -> int:
-    where = " AND ".join([f"lower({SEARCHED}) LIKE ?"] * len(words))
-    return len(conn.execute(f"SELECT id FROM jobs WHERE {where} ORDER BY id LIMIT 201",
-                            [f"%{w}%" for w in words]).fetchall())
+def queries(jobs: int) -> dict[str, list[str]]:
+    last = f"fleet-{jobs - 1:07d}"
+    return {
+        "one job, the last by id": [last],
+        "every job matches": ["fleet"],
+        "no job matches": ["zzz"],
+        "8 words, all but the last match": ["fleet", "billing", "3", "*", "utc", "active",
+                                            "default", "zzz"],
+    }
 
 
-def once_per_row(conn: sqlite3.Connection, words: list[str]) -> int:
-    unique = sorted(set(words))
-    texts = conn.execute(f"SELECT id, lower({SEARCHED}) FROM jobs ORDER BY id").fetchall()
-    return len([i for i, t in texts if all(w in t for w in unique)][:201])
+def build(path: Path, jobs: int) -> None:
+    conn = open_writer(str(path))
+    template = parse_job({"id": "x", "schedule": "0 3 * * *", "labels": {"team": "billing"},
+                          "target": {"shell": "true"}}).to_spec()
+    conn.execute("BEGIN")
+    for start in range(0, jobs, 10_000):
+        rows = []
+        for i in range(start, min(jobs, start + 10_000)):
+            job_id = f"fleet-{i:07d}"
+            rows.append((job_id, json.dumps({**template, "id": job_id})))
+        conn.executemany("INSERT INTO jobs (id, tenant, version, spec, paused, queue, "
+                         "watermark_ms, created_ms, updated_ms) "
+                         "VALUES (?, 'default', 1, ?, 0, 'default', 0, 0, 0)", rows)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def kept_words(conn: sqlite3.Connection, words: list[str]) -> list[str]:
+    matched = " AND ".join(["instr(words, ?) > 0"] * len(words))
+    return [r[0] for r in conn.execute(
+        f"SELECT id FROM job_search WHERE {matched} ORDER BY id LIMIT ?", (*words, LIMIT))]
+
+
+def computed_per_search(conn: sqlite3.Connection, words: list[str]) -> list[str]:
+    texts = conn.execute(f"SELECT id, {searched_words('jobs')} FROM jobs ORDER BY id")
+    return [i for i, t in texts if all(w in t for w in words)][:LIMIT]
 
 
 def median_s(fn, conn: sqlite3.Connection, words: list[str]) -> float:
@@ -58,16 +82,25 @@ def median_s(fn, conn: sqlite3.Connection, words: list[str]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=20_000)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--db", type=Path, help="keep the fleet here (built when missing)")
     args = ap.parse_args()
-    conn = fleet(args.jobs)
-    print(f"{args.jobs} jobs; median of 5, seconds")
-    print(f"{'query':34} {'per-word SQL':>13} {'once per row':>13} {'ratio':>7}")
-    for name, words in QUERIES.items():
-        assert per_word_sql(conn, words) == once_per_row(conn, words)
-        old, new = median_s(per_word_sql, conn, words), median_s(once_per_row, conn, words)
-        print(f"{name:34} {old:13.3f} {new:13.3f} {old / new:6.1f}x")
+    print(machine_line())
+    with tempfile.TemporaryDirectory() as tmp:
+        db = args.db or Path(tmp) / "state.db"
+        if not db.exists():
+            t0 = time.perf_counter()
+            build(db, args.jobs)
+            print(f"built {args.jobs:,} jobs in {time.perf_counter() - t0:.1f} s")
+        conn = sqlite3.connect(db)
+        print(f"{args.jobs:,} jobs; median of 5, seconds")
+        print("| query | kept words | computed per search | ratio |\n|---|---:|---:|---:|")
+        for name, words in queries(args.jobs).items():
+            assert kept_words(conn, words) == computed_per_search(conn, words), name
+            new = median_s(kept_words, conn, words)
+            old = median_s(computed_per_search, conn, words)
+            print(f"| {name} | {new:.3f} | {old:.3f} | {old / max(new, 1e-6):.0f}x |")
 
 
 if __name__ == "__main__":

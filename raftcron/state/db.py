@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
 
+from raftcron.state import job_search
+
 T = TypeVar("T")
 
 META_LAST_APPLIED = "last_applied_index"
@@ -96,6 +98,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     add_missing_columns(conn)
     for statement in MIGRATED_INDEXES:
         conn.execute(statement)
+    job_search.ensure(conn)
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

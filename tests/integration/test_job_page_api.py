@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from raftcron.api import status
 from raftcron.core import commands as c
 from raftcron.core import identity
 from raftcron.core.model import parse_job
@@ -34,6 +35,10 @@ class Node:
 
     def apply(self, cmd: c.Command) -> dict[str, Any]:
         return self.node.machine.apply(self.node.machine.last_applied + 1, cmd)
+
+    def rid(self) -> str:
+        """A request id of its own for each command."""
+        return f"req-{self.node.machine.last_applied + 1}"
 
     def auth(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -317,3 +322,65 @@ async def test_a_q_too_long_is_a_400_naming_it(api: httpx.AsyncClient, node: Nod
     resp = await api.get("/v1/status/jobs", params={"q": "x" * 201}, headers=node.auth("ops"))
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["field"] == "q"
+
+
+async def test_q_follows_every_change_of_a_job(node: Node, api: httpx.AsyncClient) -> None:
+    """The searched words are kept per job (state.job_search): an edit, a pause, a resume
+    and a delete are found (or not) by the very next search, and a claim leaves them."""
+    admin = node.auth("ops")
+
+    async def found(q: str) -> list[str]:
+        return _ids(await api.get("/v1/status/jobs", params={"q": q}, headers=admin))
+
+    def put(create: bool, **fields: Any) -> None:
+        spec = parse_job({"id": "mover", "tenant": "acme", "schedule": "0 3 * * *",
+                          "target": {"shell": "true"}, **fields}).to_spec()
+        assert node.apply(c.PutJob(node.rid(), node.now, spec, create))["ok"]
+
+    put(True, labels={"team": "ledger"})
+    assert await found("mover ledger active") == ["mover"]
+    put(False, labels={"team": "payments"}, queue="batch")
+    assert await found("mover ledger") == []
+    assert await found("mover payments batch") == ["mover"]
+    node.fire_and_lease("mover", node.now, None)  # a claim moves only the watermark
+    assert await found("mover payments batch") == ["mover"]
+    assert node.apply(c.PauseJob(node.rid(), node.now, "mover"))["ok"]
+    assert await found("mover paused") == ["mover"]
+    assert await found("mover active") == []
+    assert node.apply(c.ResumeJob(node.rid(), node.now, "mover"))["ok"]
+    assert await found("mover active") == ["mover"]
+    assert node.apply(c.DeleteJob(node.rid(), node.now, "mover"))["ok"]
+    assert await found("mover") == []
+
+
+async def test_q_with_more_words_than_one_statement_takes_pages_through_all_jobs(
+        node: Node, api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SQL_WORDS words the rest are matched between pages of ids: the answer must be
+    what matching every word gives, across page ends and within the caller's tenants."""
+    monkeypatch.setattr(status, "SQL_WORDS", 2)
+    monkeypatch.setattr(status, "SEARCH_PAGE", 7)
+    for i in range(60):
+        spec = parse_job({"id": f"many-{i:02d}", "tenant": "acme" if i % 2 else "other",
+                          "schedule": f"{i % 60} 3 * * *", "queue": f"q{i % 3}",
+                          "labels": {"tier": "gold" if i % 5 == 0 else "tin"},
+                          "target": {"shell": "true"}}).to_spec()
+        assert node.apply(c.PutJob(node.rid(), node.now, spec, True))["ok"]
+    every = [f"many-{i:02d}" for i in range(60)]
+    q = "many 3 * q1 tin active utc"
+    expected = [j for i, j in enumerate(every) if i % 3 == 1 and i % 5 != 0]
+    assert _ids(await api.get("/v1/status/jobs", params={"q": q},
+                              headers=node.auth("ops"))) == expected
+    acme = [j for j in expected if int(j[-2:]) % 2]
+    assert _ids(await api.get("/v1/status/jobs", params={"q": q},
+                              headers=node.auth("acme-bot"))) == acme
+    monkeypatch.setattr(status, "MAX_JOBS", 3)  # the first 3 of many, and "truncated"
+    resp = await api.get("/v1/status/jobs", params={"q": "many tin q1 3 *"},
+                         headers=node.auth("ops"))
+    assert _ids(resp) == expected[:3] and resp.json()["truncated"] is True
+
+
+def test_search_words_drop_repeats_and_words_inside_others() -> None:
+    class Req:
+        query_params = {"q": "Fleet  fleet-24 zz FLEET-2 z e 24 x"}
+
+    assert status.search_words(Req()) == ["fleet-24", "zz", "x"]  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 - kept words: what the API does now. Each job's words are a row of `job_search`, kept by
   triggers (state.job_search), matched with one `instr` a word in SQL, the first 201 by
-  id (`api.status.matching_job_ids`, its SQL part);
+  id (`api.status.matching_job_ids` itself; past 8 words, page by page);
 - computed per search: what it did before. The words computed from every job's spec at
   each search and matched in Python.
 
@@ -16,6 +16,7 @@ Prints the median of 5 for each query, and the ratio.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
 import statistics
@@ -26,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine_line  # noqa: E402
+from raftcron.api.status import matching_job_ids  # noqa: E402
 from raftcron.core.model import parse_job  # noqa: E402
 from raftcron.state.db import open_writer  # noqa: E402
 from raftcron.state.job_search import searched_words  # noqa: E402
@@ -41,6 +43,8 @@ def queries(jobs: int) -> dict[str, list[str]]:
         "no job matches": ["zzz"],
         "8 words, all but the last match": ["fleet", "billing", "3", "*", "utc", "active",
                                             "default", "zzz"],
+        "36 one-letter words (8 in SQL, the rest between pages)":
+            list("abcdefghijklmnopqrstuvwxyz0123456789"),
     }
 
 
@@ -61,10 +65,19 @@ def build(path: Path, jobs: int) -> None:
     conn.close()
 
 
+class Reader:
+    """What `matching_job_ids` reads through (api.context.ApiContext.fetchall)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def fetchall(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        return self.conn.execute(sql, params).fetchall()
+
+
 def kept_words(conn: sqlite3.Connection, words: list[str]) -> list[str]:
-    matched = " AND ".join(["instr(words, ?) > 0"] * len(words))
-    return [r[0] for r in conn.execute(
-        f"SELECT id FROM job_search WHERE {matched} ORDER BY id LIMIT ?", (*words, LIMIT))]
+    return asyncio.run(matching_job_ids(Reader(conn), "", [], words,  # type: ignore[arg-type]
+                                        LIMIT))
 
 
 def computed_per_search(conn: sqlite3.Connection, words: list[str]) -> list[str]:

@@ -146,6 +146,14 @@ def _member(s: dict[str, Any], hash_key: str) -> Member:
     )
 
 
+def _resolved_cron(s: dict[str, Any], hash_key: str) -> tuple[str, ...] | None:
+    """A cron member's fields with this job's `H` values; None for any other kind (the
+    same choice as `compile_kind`'s)."""
+    if s.get("at") or s.get("every_s") is not None or not s.get("cron"):
+        return None
+    return hash_resolution(s["cron"], hash_key)
+
+
 class FleetSchedules:
     """The `ScheduleSet`s of many jobs, built from their stored JSON: each distinct JSON is
     parsed once, and each distinct compiled set is built once and shared.
@@ -160,7 +168,7 @@ class FleetSchedules:
     MAX_ENTRIES = 65_536
 
     def __init__(self) -> None:
-        self._parsed: dict[tuple[str, str | None], tuple[list[dict[str, Any]], bool]] = {}
+        self._parsed: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
         self._sets: dict[object, ScheduleSet] = {}
 
     def get(self, schedule_json: str, schedules_json: str | None, hash_key: str
@@ -168,17 +176,14 @@ class FleetSchedules:
         """The set of a job whose spec holds `schedule` and `schedules` as this JSON (the
         latter None when absent), for job id `hash_key`."""
         text_key = (schedule_json, schedules_json)
-        parsed = self._parsed.get(text_key)
-        if parsed is None:
-            raws = (json.loads(schedules_json) if schedules_json else None) or [
-                json.loads(schedule_json)]
-            hashed = any("H" in (r.get("cron") or "") for r in raws)
-            parsed = self._remember(self._parsed, text_key, (raws, hashed))
-        raws, hashed = parsed
-        key: object = text_key
-        if hashed:
-            key = (text_key, tuple(hash_resolution(r.get("cron") or "", hash_key)
-                                   for r in raws))
+        raws = self._parsed.get(text_key)
+        if raws is None:
+            raws = self._remember(self._parsed, text_key, (
+                json.loads(schedules_json) if schedules_json else None) or [
+                json.loads(schedule_json)])
+        # The resolved fields of each cron member (the same for every job when it has no
+        # `H`): what, beside the text, makes two jobs' sets equal.
+        key = (text_key, tuple(_resolved_cron(r, hash_key) for r in raws))
         found = self._sets.get(key)
         if found is None:
             found = self._remember(self._sets, key,

@@ -26,7 +26,7 @@ from raftcron.state.calendars import CompiledCalendars
 log = logging.getLogger("raftcron.ticker")
 
 # Only what planning reads of the spec. The schedules stay JSON text: jobs with equal text
-# share their compiled schedules (planner.FleetSchedules), so most are never decoded.
+# share their compiled schedules (core.schedule_set.FleetSchedules), most never decoded.
 JOB_ROW_SQL = (
     "SELECT id, version, paused, watermark_ms, json_extract(spec, '$.schedule'), "
     "json_extract(spec, '$.misfire_policy'), json_extract(spec, '$.misfire_grace_s'), "

@@ -27,6 +27,8 @@ SPECS = [
     {"schedule": {"at": "2026-03-29T02:30:00", "timezone": "Europe/Berlin"}},
     {"schedule": {"cron": "H H * * *", "start_at": "2026-02-01T00:00:00Z",
                   "end_at": "2026-06-01T00:00:00Z"}},
+    {"schedule": "@daily"},
+    {"after": {"job": "upstream"}},  # chained: no instants of its own
 ]
 
 

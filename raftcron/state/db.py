@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
 
-from raftcron.state import job_search
+from raftcron.state import job_search, tenant_usage
 
 T = TypeVar("T")
 
@@ -99,6 +99,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     for statement in MIGRATED_INDEXES:
         conn.execute(statement)
     job_search.ensure(conn)
+    tenant_usage.ensure(conn)
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

@@ -351,11 +351,6 @@ CREATE TABLE IF NOT EXISTS job_history (
 CREATE INDEX IF NOT EXISTS job_history_deletes ON job_history (at_ms, job_id)
     WHERE kind = 'delete';
 
--- A tenant's jobs with several schedules: with jobs_tenant, what the jobs and schedules
--- quotas count (state.tenants.USAGE_SQL, whose WHERE must stay this one) without reading
--- the spec of every job with one schedule.
-CREATE INDEX IF NOT EXISTS jobs_multi_schedule ON jobs (tenant)
-    WHERE json_type(spec, '$.schedules') = 'array';
 
 -- Notification channels (core.channels): named Slack, e-mail or webhook destinations a
 -- job's `notify` names. `spec` is the canonical JSON (the e-mail password included: the

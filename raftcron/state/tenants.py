@@ -42,6 +42,7 @@ from raftcron.core.tenant_policy import (
     spec_violation,
     url_violation,
 )
+from raftcron.state import tenant_usage
 from raftcron.state.cluster_level import committed_level
 from raftcron.state.context import ApplyContext, ok, rejected
 
@@ -49,13 +50,9 @@ Quotas = TenantQuotas
 UNLIMITED = TenantQuotas()
 QUOTAS_SELECT = ("SELECT max_jobs, max_concurrent_runs, max_fires_per_minute, max_schedules, "
                  "max_pending_runs FROM tenants WHERE name = ?")
-# A tenant's jobs and schedules (core.tenant_policy.schedule_count in SQL): its jobs are
-# counted in the index jobs_tenant, and only the specs of jobs with several schedules are
-# read (index jobs_multi_schedule), which the schedules quota bounds.
-USAGE_SQL = (
-    "SELECT n, n + extra FROM (SELECT (SELECT count(*) FROM jobs WHERE tenant = ?1) AS n, "
-    "(SELECT coalesce(sum(max(1, json_array_length(spec, '$.schedules')) - 1), 0) FROM jobs "
-    "WHERE tenant = ?1 AND json_type(spec, '$.schedules') = 'array') AS extra)")
+# A tenant's jobs and schedules (core.tenant_policy.schedule_count), as the triggers of
+# state.tenant_usage keep them.
+USAGE_SQL = tenant_usage.USAGE_SQL
 # A tenant's runs waiting to be leased (index att_tenant_pending).
 PENDING_SQL = "SELECT count(*) FROM attempts WHERE tenant = ? AND status = 'pending'"
 
@@ -125,7 +122,7 @@ def quotas_in_effect(conn: sqlite3.Connection, tenant: str) -> TenantQuotas:
 class TenantUsage:
     """The jobs and schedules quotas while one command creates and edits jobs.
 
-    Each tenant's counts are read once per command (from an index: USAGE_SQL) and kept up
+    Each tenant's counts are read once per command (state.tenant_usage) and kept up
     to date as the command creates jobs, so a batch of 250 jobs does not count the
     tenant's jobs 250 times."""
 

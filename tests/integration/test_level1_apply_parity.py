@@ -368,12 +368,20 @@ def test_every_table_of_the_old_build_holds_the_same_rows(both: tuple[Log, dict,
                 assert log.conn.execute(
                     f"SELECT count(*) FROM {name} WHERE {col} IS NOT NULL").fetchone()[0] \
                     == 0, f"{name}.{col}"
-        for name in set(new_tables) - set(old_tables) - {"job_search"}:  # the old lacks
+        derived = {"job_search", "tenant_usage"}
+        for name in set(new_tables) - set(old_tables) - derived:  # the old build lacks
             assert log.conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 0, name
-        # Except the search words, derived from `jobs` on every node (state.job_search):
-        # one row for each job.
+        # Except what every node derives from `jobs` (state.job_search, state.tenant_usage):
+        # one row of words a job, and each tenant's counts as counting gives them.
         assert log.conn.execute("SELECT count(*) FROM job_search").fetchone() == \
             log.conn.execute("SELECT count(*) FROM jobs").fetchone()
+        kept = {t: (n, n + extra) for t, n, extra in log.conn.execute(
+            "SELECT tenant, jobs, extra FROM tenant_usage WHERE jobs != 0 OR extra != 0")}
+        counted = {t: (n, schedules) for t, n, schedules in log.conn.execute(
+            "SELECT tenant, count(*), sum(CASE WHEN json_type(spec, '$.schedules') = 'array' "
+            "THEN max(1, json_array_length(spec, '$.schedules')) ELSE 1 END) FROM jobs "
+            "GROUP BY tenant")}
+        assert kept == counted and counted
     finally:
         old_conn.close()
 

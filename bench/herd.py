@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (  # noqa: E402
     Received,
@@ -52,6 +54,7 @@ from bench.common import (  # noqa: E402
     pct,
 )
 from raftcron.core.schedule import jitter_offset_ms  # noqa: E402
+from raftcron.core.tenant_policy import QUOTA_DEFAULTS  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "herd"
@@ -111,6 +114,12 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
         c.start()
         try:
             leader = c.wait_leader(timeout=60)
+            if n + min(n, BATCH) > QUOTA_DEFAULTS["max_jobs"]:  # raise the default quotas
+                need = n + min(n, BATCH)
+                r = httpx.put(f"{c.urls[leader]}/v1/tenants/default", headers=c.auth_headers(),
+                              json={"max_jobs": need, "max_schedules": need,
+                                    "max_pending_runs": need}, timeout=30)
+                r.raise_for_status()
             # Calibrate: time one paused batch (never due), then give the herd's creation
             # twice the time that rate predicts, plus LEAD_S.
             t_cal = time.time()

@@ -8,6 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftcron.core.ahead import CLOCK_TOLERANCE_MS
+
+# How far after a command's own stamp a reported start or finish may lie: the nodes'
+# clocks agree to within the clock guard's tolerance; a report beyond it is the worker's
+# error (its reading of the cluster's clock ran ahead).
+AFTER_STAMP_MS = CLOCK_TOLERANCE_MS
+
+
+def heartbeat_start(reported_ms: int, not_before_ms: int, now_ms: int) -> int:
+    """The start a heartbeat reports, as the record keeps it: never before the run's
+    instant, and never more than AFTER_STAMP_MS after the heartbeat's stamp (the run
+    had started when the cluster heard of it)."""
+    return max(not_before_ms, min(int(reported_ms), now_ms + AFTER_STAMP_MS))
+
 
 def reported_times(item: list[Any], not_before_ms: int, now_ms: int,
                    recorded_start: int | None = None) -> tuple[int | None, int]:
@@ -19,10 +33,21 @@ def reported_times(item: list[Any], not_before_ms: int, now_ms: int,
     instant (a start is never recorded before its instant: the worker waits for it, so a
     report before it is the offset measurement's error), and the finish that start plus
     the duration. A start a heartbeat recorded while it ran (`recorded_start`) stands.
+
+    No finish lies more than AFTER_STAMP_MS after the command's stamp (`now_ms`):
+    the run ended before the cluster heard of it, so a later finish is the worker's
+    reading of the cluster's clock running ahead. Such a finish is the stamp plus that
+    tolerance and the start moves back with it, keeping the duration, but not before the
+    instant. The record then never counts a run as running after it ended (the tenant's
+    concurrency quota is counted from these times).
+
     Without a report the start is unknown (NULL) and the finish is the command's stamp, as
     before."""
     if len(item) < 7 or item[5] is None or item[6] is None:
         return recorded_start, now_ms if recorded_start is None else max(now_ms,
                                                                           recorded_start)
     started = max(int(item[5]), not_before_ms) if recorded_start is None else recorded_start
-    return started, started + max(0, int(item[6]))
+    duration = max(0, int(item[6]))
+    latest = max(now_ms + AFTER_STAMP_MS, not_before_ms)
+    finished = min(started + duration, latest)
+    return min(started, max(finished - duration, not_before_ms)), finished

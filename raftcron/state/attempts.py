@@ -15,7 +15,7 @@ from raftcron.core.protocol import (
     RELEASE_KEEPS_INSTANT_LEVEL,
     RELEASE_PREVIOUS_EPOCH_LEVEL,
 )
-from raftcron.core.run_times import reported_times
+from raftcron.core.run_times import heartbeat_start, reported_times
 from raftcron.core.timefmt import ms_to_iso
 from raftcron.state import run_alerts
 from raftcron.state.attempt_rows import (
@@ -233,8 +233,9 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
         window = att[A_EXPIRES] - att[A_HB]
         beat, expires = max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES])
         extended.append((attempt_id, beat, expires))
-        if len(item) > 2 and item[2] is not None:  # its run started (never before its instant)
-            started.append((attempt_id, max(int(item[2]), att[A_NOT_BEFORE])))
+        if len(item) > 2 and item[2] is not None:  # its run started
+            started.append((attempt_id, heartbeat_start(item[2], att[A_NOT_BEFORE],
+                                                        cmd.now_ms)))
         # A repeat of this attempt later in the same command sees it extended.
         found[attempt_id] = (*att[:A_HB], beat, expires, *att[A_EXPIRES + 1:A_ACK_DEADLINE],
                              None, att[A_STARTED])

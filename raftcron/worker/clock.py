@@ -12,6 +12,11 @@ with this worker's wall clock by more than the tolerance drops the sample at onc
 clock that jumps between two probes stops the next poll from asking for runs ahead. (The
 leases already held start on time either way: their wait is measured on the monotonic
 clock from the server's time, see core.ahead.)
+
+The times this worker reports (when a run's process started) are read on its monotonic
+clock from the last good sample, never from its wall clock: a wall clock that steps
+between two probes would otherwise put a run's start, and so its recorded finish,
+seconds off (a chaos run's worker bumped 2 s reported starts 2 s late, then 2 s early).
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ class WorkerClock:
                  mono_s: Callable[[], float] = time.monotonic) -> None:
         self.tolerance_ms = tolerance_ms
         self.sample: OffsetSample | None = None
+        # The last good sample, kept when `sample` is dropped: it still tells the cluster's
+        # time from the monotonic clock, which a step of the wall clock does not move.
+        self.basis: OffsetSample | None = None
         self._wall_ms = wall_ms
         self._mono_s = mono_s
         self._last_refusal: str | None = "start"
@@ -56,14 +64,19 @@ class WorkerClock:
                         type(e).__name__, e)
             best = None
         self.sample = best
+        if best is not None:
+            self.basis = best
 
     def cluster_now_ms(self) -> int:
-        """Now on the cluster's clock as this worker knows it: its own wall clock
-        corrected by the measured offset (uncorrected while it has no sample). What the
-        worker reports as a run's start; the cluster raises a start reported before the
-        run's instant to the instant."""
-        offset = self.sample.offset_ms if self.sample is not None else 0.0
-        return round(self._wall_ms() + offset)
+        """Now on the cluster's clock as this worker knows it: the server's time at the
+        last good sample plus the monotonic time since (the wall clock, uncorrected,
+        only before any sample). What the worker reports as a run's start; the cluster
+        raises a start reported before the run's instant to the instant, and keeps a
+        finish from lying after its own stamp of the completion (core.run_times)."""
+        basis = self.basis
+        if basis is None:
+            return round(self._wall_ms())
+        return round(self._mono_s() * 1000 + basis.wall_minus_mono_ms + basis.offset_ms)
 
     def check_lease_time(self, server_now_ms: float) -> None:
         """A lease answer's server time, compared with this worker's clock at receipt: one

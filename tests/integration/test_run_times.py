@@ -10,6 +10,7 @@ import pytest
 
 from raftcron.core import commands as c
 from raftcron.core import identity, protocol
+from raftcron.core.run_times import AFTER_STAMP_MS
 from raftcron.state.queries import ATT_SELECT, attempt_to_api
 from tests.integration.test_machine import MIN, T0, Node
 
@@ -103,7 +104,7 @@ def test_min_duration_counts_the_reported_duration_not_the_lease(node: Node) -> 
     rows = node.q("SELECT kind, status FROM alerts")
     assert rows == [("too_fast", "open")]
     second = leased(node, "j", at + MIN, at + MIN)
-    complete(node, second, at + MIN + 300, at + MIN + 5, 1500)
+    complete(node, second, at + MIN + 1600, at + MIN + 5, 1500)
     assert node.q("SELECT status FROM alerts") == [("resolved",)]
 
 
@@ -174,3 +175,45 @@ def test_heartbeat_starts_need_level_2() -> None:
     cmd = c.Heartbeat(1, "w", [["a", 1, 5]])
     assert protocol.unmet(cmd, 1) == protocol.HEARTBEAT_START
     assert protocol.unmet(c.Heartbeat(1, "w", [["a", 1]]), 1) is None
+
+
+def test_a_finish_reported_after_the_completions_stamp_is_pulled_back(node: Node) -> None:
+    """A worker whose reading of the cluster's clock ran 16 s ahead reports a run that
+    ended before the cluster heard of it as ending 16 s later: the record keeps its
+    duration but ends it at most the clock tolerance after the completion's stamp, so the
+    run never counts as running after it ended (the tenant's concurrency quota)."""
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    stamp = at + 2 * SEC
+    complete(node, lease, stamp, at + 16 * SEC, 1500)
+    started, finished = node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                                 lease["attempt_id"])
+    assert finished == stamp + AFTER_STAMP_MS
+    assert (started, finished - started) == (finished - 1500, 1500)
+    # Just within the tolerance the report stands.
+    second = leased(node, "j", at + MIN, at + MIN)
+    complete(node, second, at + MIN + 300, at + MIN + 100, 200 + AFTER_STAMP_MS)
+    assert node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                    second["attempt_id"]) == (at + MIN + 100, at + MIN + 300 + AFTER_STAMP_MS)
+
+
+def test_a_pulled_back_start_never_goes_before_the_instant(node: Node) -> None:
+    """The stamp is 0.2 s after the instant and the report says 9 s of running from
+    16 s after it: the finish comes back to the stamp plus the tolerance and the start to
+    the instant, not 9 s before the finish."""
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at - 900)
+    complete(node, lease, at + 200, at + 16 * SEC, 9 * SEC)
+    assert node.one("SELECT started_ms, finished_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (at, at + 200 + AFTER_STAMP_MS)
+
+
+def test_a_heartbeat_start_after_its_stamp_is_pulled_back(node: Node) -> None:
+    node.create("j", now=T0)
+    at = T0 + MIN
+    lease = leased(node, "j", at, at)
+    beat(node, lease, at + SEC, at + 17 * SEC)
+    assert node.one("SELECT started_ms FROM attempts WHERE id = ?",
+                    lease["attempt_id"]) == (at + SEC + AFTER_STAMP_MS,)

@@ -190,3 +190,34 @@ def test_a_run_starts_at_the_later_of_the_servers_and_its_own_reading():
     # No reading of its own (its clock stepped during the poll): not started at all.
     clocks.wall += 5_000
     assert w._not_before_own_clock(far, sample) is None
+
+
+def test_reported_times_follow_the_monotonic_clock_across_a_wall_step():
+    """A run's start is read from the last good sample and the monotonic clock: a step of
+    the wall clock (even one that drops the sample) does not move it."""
+    clocks = _Clocks()
+    wc = WorkerClock(wall_ms=lambda: clocks.wall, mono_s=lambda: clocks.mono)
+    assert wc.cluster_now_ms() == round(clocks.wall)  # before any sample: the wall clock
+
+    async def server_clock() -> float:
+        return clocks.wall + 300  # the server is 300 ms ahead; zero round trip
+
+    asyncio.run(wc.probe(server_clock))
+    cluster = clocks.wall + 300
+    assert wc.cluster_now_ms() == round(cluster)
+    clocks.mono += 1.5
+    clocks.wall += 1_500 + 16_000  # 1.5 s pass and the wall clock jumps 16 s ahead
+    assert wc.cluster_now_ms() == round(cluster + 1_500)
+    assert wc.refusal() == UNMEASURED  # the step stops it leasing ahead
+    wc.check_lease_time(clocks.wall + 300 + CLOCK_TOLERANCE_MS + 1)  # drops the sample
+    assert wc.sample is None
+    assert wc.cluster_now_ms() == round(cluster + 1_500)
+
+    async def failing() -> float:
+        raise OSError("connection refused")
+
+    asyncio.run(wc.probe(failing))  # a failed probe keeps the last good basis
+    clocks.mono += 0.5
+    assert wc.cluster_now_ms() == round(cluster + 2_000)
+    asyncio.run(wc.probe(server_clock))  # a new sample becomes the basis
+    assert wc.cluster_now_ms() == round(clocks.wall + 300)

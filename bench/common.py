@@ -4,6 +4,7 @@ percentiles, and per-process CPU/RSS/disk readings from /proc."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import sqlite3
@@ -17,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from raftcron.core.model import parse_job
+from raftcron.state.db import open_writer
 from raftcron.worker.runner import (
     BEFORE_START_CHECK_S,
     EWMA_WEIGHT,
@@ -26,6 +29,28 @@ from raftcron.worker.runner import (
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BATCH_CREATE = 1000  # jobs per POST /v1/jobs:batchCreate
+
+
+def write_jobs(path: Path, jobs: int, job: dict[str, Any], id_prefix: str,
+               created_ms: int = 0, spread_watermarks: bool = False) -> None:
+    """Write `jobs` copies of `job` (a job as the API takes it; ids `id_prefix` and seven
+    digits) straight into the state database at `path`, without a cluster: what the
+    single-process benchmarks load. Every job is created at `created_ms`; its watermark
+    is that too, plus its number with `spread_watermarks` (as after a batch create)."""
+    conn = open_writer(str(path))
+    spec = parse_job({**job, "id": "x"}).to_spec()
+    conn.execute("BEGIN")
+    for start in range(0, jobs, 10_000):
+        rows = []
+        for i in range(start, min(jobs, start + 10_000)):
+            job_id = f"{id_prefix}{i:07d}"
+            rows.append((job_id, json.dumps({**spec, "id": job_id}),
+                         created_ms + (i if spread_watermarks else 0), created_ms, created_ms))
+        conn.executemany("INSERT INTO jobs (id, tenant, version, spec, paused, queue, "
+                         "watermark_ms, created_ms, updated_ms) "
+                         "VALUES (?, 'default', 1, ?, 0, 'default', ?, ?, ?)", rows)
+    conn.execute("COMMIT")
+    conn.close()
 
 
 def iso_to_s(text: str) -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sqlite3
 import statistics
 import sys
@@ -26,10 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import machine_line  # noqa: E402
+from bench.common import machine_line, write_jobs  # noqa: E402
 from raftcron.api.status import matching_job_ids  # noqa: E402
-from raftcron.core.model import parse_job  # noqa: E402
-from raftcron.state.db import open_writer  # noqa: E402
 from raftcron.state.job_search import searched_words  # noqa: E402
 
 LIMIT = 201
@@ -49,20 +46,8 @@ def queries(jobs: int) -> dict[str, list[str]]:
 
 
 def build(path: Path, jobs: int) -> None:
-    conn = open_writer(str(path))
-    template = parse_job({"id": "x", "schedule": "0 3 * * *", "labels": {"team": "billing"},
-                          "target": {"shell": "true"}}).to_spec()
-    conn.execute("BEGIN")
-    for start in range(0, jobs, 10_000):
-        rows = []
-        for i in range(start, min(jobs, start + 10_000)):
-            job_id = f"fleet-{i:07d}"
-            rows.append((job_id, json.dumps({**template, "id": job_id})))
-        conn.executemany("INSERT INTO jobs (id, tenant, version, spec, paused, queue, "
-                         "watermark_ms, created_ms, updated_ms) "
-                         "VALUES (?, 'default', 1, ?, 0, 'default', 0, 0, 0)", rows)
-    conn.execute("COMMIT")
-    conn.close()
+    write_jobs(path, jobs, {"schedule": "0 3 * * *", "labels": {"team": "billing"},
+                            "target": {"shell": "true"}}, "fleet-")
 
 
 class Reader:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import socket
 import sqlite3
 import statistics
@@ -29,30 +28,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import machine_line  # noqa: E402
-from raftcron.core.model import parse_job  # noqa: E402
+from bench.common import machine_line, write_jobs  # noqa: E402
 from raftcron.leader.ticker import JOB_ROW_SQL, Ticker  # noqa: E402
-from raftcron.state.db import open_writer  # noqa: E402
 
 CREATED_MS = 1_764_900_000_000  # 2025-12-05: every job's watermark, as after a batch create
 
 
 def build(path: Path, jobs: int) -> None:
-    conn = open_writer(str(path))
-    template = parse_job({"id": "x", "schedule": "H H * * *",
-                          "target": {"shell": "true"}}).to_spec()
-    conn.execute("BEGIN")
-    for start in range(0, jobs, 10_000):
-        rows = []
-        for i in range(start, min(jobs, start + 10_000)):
-            job_id = f"scale-{i:07d}"
-            rows.append((job_id, "default", 1, json.dumps({**template, "id": job_id}), 0,
-                         "default", CREATED_MS + i, CREATED_MS, CREATED_MS))
-        conn.executemany("INSERT INTO jobs (id, tenant, version, spec, paused, queue, "
-                         "watermark_ms, created_ms, updated_ms) VALUES (?,?,?,?,?,?,?,?,?)",
-                         rows)
-    conn.execute("COMMIT")
-    conn.close()
+    write_jobs(path, jobs, {"schedule": "H H * * *", "target": {"shell": "true"}},
+               "scale-", created_ms=CREATED_MS, spread_watermarks=True)
 
 
 class GilWatch:

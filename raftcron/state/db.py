@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 from raftcron.state import job_search, tenant_usage
 
+DERIVED_TABLES = (job_search.TABLE, tenant_usage.TABLE)
+
 T = TypeVar("T")
 
 META_LAST_APPLIED = "last_applied_index"
@@ -98,8 +100,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     add_missing_columns(conn)
     for statement in MIGRATED_INDEXES:
         conn.execute(statement)
-    job_search.ensure(conn)
-    tenant_usage.ensure(conn)
+    for table in DERIVED_TABLES:
+        table.ensure(conn)
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

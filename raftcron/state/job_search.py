@@ -12,13 +12,13 @@ update trigger does not watch: the hot path pays nothing. The table is derived s
 is not in the digest (state.digest.TABLES).
 
 A database written before the table existed gets it filled when it is opened, and so
-does one installed from such a node's snapshot (`ensure`). Changing the words means new
+does one installed from such a node's snapshot (state.derived). Changing the words means new
 trigger names and a refill.
 """
 
 from __future__ import annotations
 
-import sqlite3
+from raftcron.state.derived import DerivedTable
 
 
 def searched_words(row: str) -> str:
@@ -50,12 +50,7 @@ STATEMENTS = (
 )
 
 
-def ensure(conn: sqlite3.Connection) -> None:
-    """Create the table and its triggers; fill it when it is new (an older database)."""
-    existed = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                           "AND name = 'job_search'").fetchone() is not None
-    for statement in STATEMENTS:
-        conn.execute(statement)
-    if not existed:
-        conn.execute("INSERT OR REPLACE INTO job_search (id, tenant, words) "
-                     f"SELECT id, tenant, {searched_words('jobs')} FROM jobs")
+TABLE = DerivedTable(
+    "job_search", STATEMENTS,
+    "INSERT OR REPLACE INTO job_search (id, tenant, words) "
+    f"SELECT id, tenant, {searched_words('jobs')} FROM jobs")

@@ -13,12 +13,12 @@ A job's schedules are one, or the length of its `schedules` list
 (`extra`), so a tenant's schedules are `jobs + extra`.
 
 A database written before the table existed gets it filled when it is opened, and so
-does one installed from such a node's snapshot (`ensure`).
+does one installed from such a node's snapshot (state.derived).
 """
 
 from __future__ import annotations
 
-import sqlite3
+from raftcron.state.derived import DerivedTable
 
 
 def _extra(row: str) -> str:
@@ -52,12 +52,7 @@ USAGE_SQL = ("SELECT coalesce(max(jobs), 0), coalesce(max(jobs + extra), 0) "
              "FROM tenant_usage WHERE tenant = ?1")
 
 
-def ensure(conn: sqlite3.Connection) -> None:
-    """Create the table and its triggers; fill it when it is new (an older database)."""
-    existed = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                           "AND name = 'tenant_usage'").fetchone() is not None
-    for statement in STATEMENTS:
-        conn.execute(statement)
-    if not existed:
-        conn.execute(f"INSERT INTO tenant_usage (tenant, jobs, extra) "
-                     f"SELECT tenant, count(*), sum({_extra('jobs')}) FROM jobs GROUP BY tenant")
+TABLE = DerivedTable(
+    "tenant_usage", STATEMENTS,
+    "INSERT INTO tenant_usage (tenant, jobs, extra) "
+    f"SELECT tenant, count(*), sum({_extra('jobs')}) FROM jobs GROUP BY tenant")

@@ -32,6 +32,7 @@ from chaos import (
     checks_observed,
     checks_outcomes,
     checks_retention,
+    checks_run_times,
     checks_schedule,
     checks_tenants,
 )
@@ -70,6 +71,8 @@ CHECKS = (
     "early_fire", "success_without_effect",
     # lateness outside fault windows (checks_lateness)
     "late_start",
+    # a run's recorded start against its start record (checks_run_times)
+    "start_recorded_late",
     # schedules (checks_schedule)
     "lost_instant", "unscheduled_instant", "version_order", "version_unknown",
     "stuck_occurrence", "misfire_policy",
@@ -209,6 +212,8 @@ def check_run(run: dict[str, Any],
                                             window_end, running_at_end, effect_at)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
     chains = checks_chains.check_chains(rep, nodes, ops, window_end)
+    run_times = checks_run_times.check_run_times(rep, all_attempts, [*starts, *sink],
+                                                 windows, window_end)
     lateness = checks_lateness.check_lateness(
         rep, nodes, all_attempts, effects, ops, hist, windows, window_end,
         {t for t, q in quotas.items() if q.get("max_concurrent_runs") is not None},
@@ -237,6 +242,7 @@ def check_run(run: dict[str, Any],
                        for h in membership],
         "groups": groups,
         "lateness": lateness,
+        "starts_judged": run_times,
     }
     stats["coverage"]["quota_skips"] = quota_skips
     stats["coverage"]["retention_prunes"] = pruned

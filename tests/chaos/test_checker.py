@@ -1062,3 +1062,39 @@ def test_a_job_the_run_deleted_is_no_lost_acknowledgement() -> None:
     assert "lost_ack" in check(run)["violations"]
     run["history"] += hist_op(906, "delete", "info", END - 1, job="j")  # answer lost
     assert "lost_ack" not in check(run)["violations"]
+
+
+def _record_start(run: dict[str, Any], index: int, late_s: float) -> dict[str, Any]:
+    """Give the index-th occurrence's attempt a recorded start `late_s` after its effect
+    reached the sink (the clean run's offers arrive 0.2 s after each instant)."""
+    o = nodes_occ(run)[0][index]
+    attempt = run["final"]["attempts"]["n1"][o["id"]][0]
+    attempt["started_at"] = iso(ts_of(o) + 0.2 + late_s)
+    return attempt
+
+
+def test_a_start_recorded_after_the_runs_effect_is_flagged() -> None:
+    run = clean_run()
+    late = _record_start(run, 3, late_s=2.0)
+    _record_start(run, 4, late_s=0.9)  # within the slack: the instant's raise, the stamp
+    _record_start(run, 5, late_s=-3.0)  # early: raised to the instant by the record
+    result = check(run)
+    [v] = result["violations"]["start_recorded_late"]
+    assert v["attempt"] == late["id"] and v["late_s"] == 2.0
+    assert result["stats"]["starts_judged"] == 3
+
+
+@pytest.mark.parametrize("kind, judged", [("clock-bump", False), ("clock-bump-leader", False),
+                                          ("clock-strobe", False), ("clock-bump-worker", True)])
+def test_a_fault_moving_a_nodes_clock_excuses_a_late_start_and_the_workers_does_not(
+        kind: str, judged: bool) -> None:
+    """A worker reads the cluster's clock on a node: a skewed node moves its reports until
+    its next probe. Its own wall clock stepping moves nothing it reports."""
+    run = clean_run()
+    o = nodes_occ(run)[0][3]
+    _record_start(run, 3, late_s=16.0)
+    run["history"] += [nemesis("start", kind, 50, ts_of(o) - 1, targets=["n1"]),
+                       nemesis("stop", kind, 50, ts_of(o) + 3)]
+    run["history"][3]["kinds"] += [kind]
+    found = check(run)["violations"].get("start_recorded_late", [])
+    assert len(found) == (1 if judged else 0)

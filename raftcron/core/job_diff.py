@@ -25,10 +25,22 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The paths whose values differ, sorted."""
+    """The paths whose values differ, sorted. An empty object on one side that the other
+    side fills is named by the filled leaves alone (`labels.team: null -> billing`), not
+    also as `labels: {} -> null`."""
     old = {k: v for k, v in flatten(before).items() if k.split(".")[0] not in IGNORED}
     new = {k: v for k, v in flatten(after).items() if k.split(".")[0] not in IGNORED}
-    return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+    paths = old.keys() | new.keys()
+    return sorted(path for path in paths if old.get(path) != new.get(path)
+                  and not _emptied_or_filled(path, old, new, paths))
+
+
+def _emptied_or_filled(path: str, old: dict[str, Any], new: dict[str, Any],
+                       paths: set[str]) -> bool:
+    """`path` is an empty object on one side and a branch with leaves on the other."""
+    if {repr(old.get(path)), repr(new.get(path))} != {"{}", "None"}:
+        return False
+    return any(p.startswith(f"{path}.") for p in paths)
 
 
 def changes(before: dict[str, Any], after: dict[str, Any], *,

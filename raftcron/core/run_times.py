@@ -1,5 +1,6 @@
-"""A finished run's times as the record keeps them: the start its worker reported (never
-before its instant) and a finish that is that start plus the measured duration.
+"""A run's times as the record keeps them: the start its worker reported (never before
+its instant, nor later than the cluster heard of it) and a finish that is that start plus
+the measured duration.
 
 Pure: the values come from the replicated completion and the attempt's own row.
 """
@@ -32,14 +33,15 @@ def reported_times(item: list[Any], not_before_ms: int, now_ms: int,
     on the cluster's clock as the worker measured it, raised to the attempt's not-before
     instant (a start is never recorded before its instant: the worker waits for it, so a
     report before it is the offset measurement's error), and the finish that start plus
-    the duration. A start a heartbeat recorded while it ran (`recorded_start`) stands.
+    the duration. A start a heartbeat recorded while it ran (`recorded_start`) stands,
+    unless the finish below takes it back.
 
     No finish lies more than AFTER_STAMP_MS after the command's stamp (`now_ms`):
     the run ended before the cluster heard of it, so a later finish is the worker's
     reading of the cluster's clock running ahead. Such a finish is the stamp plus that
     tolerance and the start moves back with it, keeping the duration, but not before the
-    instant. The record then never counts a run as running after it ended (the tenant's
-    concurrency quota is counted from these times).
+    instant. The record then never shows a run running after the cluster knew it had
+    ended (the chaos suite's concurrency check counts runs from these times).
 
     Without a report the start is unknown (NULL) and the finish is the command's stamp, as
     before."""

@@ -47,3 +47,13 @@ def test_values_shown_come_from_the_redacted_sides() -> None:
     hidden = {"target": {"http": {"headers": {"Authorization": "***"}}}}
     assert changes(before, after, shown_before=hidden, shown_after=hidden) == [
         {"field": "target.http.headers.Authorization", "before": "***", "after": "***"}]
+
+
+def test_labels_added_or_removed_are_named_by_their_leaves_alone() -> None:
+    """An empty `labels` that gains a label is `labels.team: null -> billing`, not also
+    `labels: {} -> null` (and the reverse for a removal)."""
+    bare, labelled = job(), job(labels={"team": "billing"})
+    assert changes(bare, labelled) == [
+        {"field": "labels.team", "before": None, "after": "billing"}]
+    assert changes(labelled, bare) == [
+        {"field": "labels.team", "before": "billing", "after": None}]

@@ -26,6 +26,7 @@ from raftcron.core.schedule import (
     CronSchedule,
     ScheduleError,
     compile_schedule,
+    instants_between,
     to_local_iso,
     to_utc_iso,
 )
@@ -79,10 +80,7 @@ class IntervalSchedule:
         return nxt if nxt <= LAST_SECOND else None
 
     def iter_between(self, after: int, until: int) -> Iterator[int]:
-        t = self.next_after(after)
-        while t is not None and t <= until:
-            yield t
-            t = self.next_after(t)
+        return instants_between(self.next_after, after, until)
 
     def describe(self) -> str:
         return f"every {every_text(self.every_s)} from {to_utc_iso(self.anchor_s)}"

@@ -68,7 +68,7 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -262,6 +262,16 @@ def _load_named_zone(timezone: str) -> tuple[ZoneInfo, int | None]:
 # --------------------------------------------------------------------------- schedule
 
 
+def instants_between(next_after: Callable[[int], int | None], after: int, until: int
+                     ) -> Iterator[int]:
+    """The instants ``t`` with ``after < t <= until`` that ``next_after`` steps through,
+    ascending: every schedule kind that knows its next instant lists a range this way."""
+    t = next_after(after)
+    while t is not None and t <= until:
+        yield t
+        t = next_after(t)
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     """A compiled, validated cron schedule. Build it with :func:`compile_schedule`."""
@@ -399,10 +409,7 @@ class CronSchedule:
 
     def iter_between(self, after: int, until: int) -> Iterator[int]:
         """Fire instants ``t`` with ``after < t <= until``, strictly ascending."""
-        t = self.next_after(after)
-        while t is not None and t <= until:
-            yield t
-            t = self.next_after(t)
+        return instants_between(self.next_after, after, until)
 
     def describe(self) -> str:
         """The schedule in plain English, e.g. "at 09:00 on Monday–Friday (Europe/Berlin)"."""

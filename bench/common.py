@@ -77,8 +77,9 @@ class Received:
 
     leases: list[tuple[float, float, str]] = field(default_factory=list)
     completed: int = 0
-    ahead: int = 0
-    """Leases received before their run's instant (dispatch ahead)."""
+    ahead_ids: set[str] = field(default_factory=set)
+    """The runs whose lease was received before their instant (dispatch ahead): counted
+    once each, though a lease released unacknowledged is granted again."""
     received_last: float = 0.0
     """When the last batch of leases arrived (wall time)."""
     checks: list[tuple[float, float, int]] = field(default_factory=list)
@@ -236,8 +237,8 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
             seen.received_last = max(seen.received_last, got)
             server_now = answer.get("server_now_ms") if ahead else None
             if server_now is not None:
-                seen.ahead += sum(1 for lease in leases
-                                  if got < iso_to_s(lease["scheduled_for"]))
+                seen.ahead_ids.update(lease["attempt_id"] for lease in leases
+                                      if got < iso_to_s(lease["scheduled_for"]))
             elif not acknowledge:
                 seen.leases.extend((got, iso_to_s(lease["scheduled_for"]),
                                     lease["occurrence_id"]) for lease in leases)

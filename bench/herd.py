@@ -53,13 +53,22 @@ from bench.common import (  # noqa: E402
     noop_poller,
     pct,
 )
+from raftcron.core.ahead import herd_claim_lead_ms  # noqa: E402
 from raftcron.core.schedule import jitter_offset_ms  # noqa: E402
 from raftcron.core.tenant_policy import QUOTA_DEFAULTS  # noqa: E402
+from raftcron.leader.planner import HERD_LOOKAHEAD_MS  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "herd"
 BATCH = 1000  # calibration batch size
-LEAD_S = 15.0  # the herd is due this long after the last job was created
+LEAD_S = 15.0  # the herd is due this long after the last job was created, at least
+
+
+def lead_s(n: int) -> float:
+    """How long after its last job was created the herd is due: long enough for the
+    leader to claim it as early as it claims a herd of that size (a real herd's jobs exist
+    long before its instant)."""
+    return max(LEAD_S, herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS) / 1000 + 5)
 # Mode `ahead`: the nodes' `lease_ahead_s` (a herd then goes `lease_ahead_herd_s`, default 10,
 # ahead); the value dispatch ahead was built and measured with.
 AHEAD_S = 2.0
@@ -129,7 +138,7 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                 for i in range(min(n, BATCH))])
             create_rate = min(n, BATCH) / (time.time() - t_cal)
             t_create = time.time()
-            instant = math.ceil(t_create + 2 * n / create_rate + LEAD_S)
+            instant = math.ceil(t_create + 2 * n / create_rate + lead_s(n))
             bodies = [{"id": f"herd-{i:05d}", "queue": QUEUE, "target": {"shell": "true"},
                        "schedule": {"cron": cron_at(instant), "jitter_s": jitter_s}}
                       for i in range(n)]
@@ -167,7 +176,7 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                               pct(lags, 0.5) * 1000, pct(lags, 0.99) * 1000,
                               max(lags, default=float("nan")) * 1000,
                               pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
-                              create_s, "ahead" if ahead else "at-instant", seen.ahead,
+                              create_s, "ahead" if ahead else "at-instant", len(seen.ahead_ids),
                               (checks_done - instant) * 1000, check_max * 1000,
                               (seen.received_last - instant) * 1000, checks_sent)
         finally:

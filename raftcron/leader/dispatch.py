@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import commands as c
 from raftcron.core import identity
-from raftcron.core.ahead import HERD_SIZE
+from raftcron.core.ahead import HERD_SIZE, MAX_HERD_LEAD_S, herd_lead_ms
 from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.state.one_step import select_all
@@ -22,6 +22,10 @@ from raftcron.state.one_step import select_all
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
 LEASE_LEAD_MS = 150
 GROUP_MS = 10
+MAX_HERD_LEAD_MS = int(MAX_HERD_LEAD_S * 1000)
+# While a herd's claims may still be coming in, its pending runs are counted again at most
+# this often (every poll wakes at every commit: a 100,000-run count each time is not free).
+HERD_RECOUNT_MS = 500
 # A herd (at least HERD_SIZE runs due in the same GROUP_MS) is leased further ahead, so
 # that every waiting worker's Lease is committed before the instant and all of them are
 # handed out at it, instead of one Raft round trip after another past the instant. Kept
@@ -134,8 +138,9 @@ class Dispatcher:
         # Per set of queues: the backfill leases owed under BACKFILL_SHARE (a fraction of
         # one lease carries over, so a worker that leases one run at a time gets its share).
         self.backfill_credit: dict[tuple[str, ...], float] = {}
-        # (queues, instant) seen with at least HERD_SIZE pending runs
-        self.herds: set[tuple[tuple[str, ...], int]] = set()
+        # (queues, instant) -> (its herd lead, 0 if it is no herd; when its pending runs
+        # were last counted), for the instants dispatch ahead looked at in the last minute.
+        self.herds: dict[tuple[tuple[str, ...], int], tuple[int, int]] = {}
         self.gate: Callable[[], bool] = lambda: True
         # The protocol level the cluster may be written at (cluster.levels); set by the
         # node. Below AHEAD_LEVEL every run is leased at its instant, as before.
@@ -234,7 +239,7 @@ class Dispatcher:
         if next_due - now > HERD_LEASE_LEAD_MS:
             return [], now, next_due - HERD_LEASE_LEAD_MS  # look again when a herd could go
         window = (*queues, next_due, next_due + GROUP_MS)
-        if not self._is_herd(queues, next_due, now):
+        if not self._herd_lead(queues, next_due, now):
             return [], now, next_due - LEASE_LEAD_MS
         rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
@@ -282,22 +287,28 @@ class Dispatcher:
         backfill_ids, backfill_stamp = self._choose(backfill, n_backfill, now)
         return live_ids + backfill_ids, max(live_stamp, backfill_stamp)
 
-    def _is_herd(self, queues: list[str], instant: int, now: int) -> bool:
-        """Whether at least `herd_size` runs are pending within GROUP_MS of `instant`."""
+    def _herd_lead(self, queues: list[str], instant: int, now: int) -> int:
+        """How long before `instant` its runs go out: a herd's lead (core.ahead.herd_lead_ms,
+        by how many runs are pending within GROUP_MS of it), or 0 if they are no herd.
+        A herd's lead never shrinks: its last few hundred runs keep the lead it began
+        with. Counted again at most every HERD_RECOUNT_MS while its claims may still be
+        coming in, and not at all once its leasing began."""
         assert self._conn is not None
-        herd_key = (tuple(sorted(queues)), instant)
-        if herd_key in self.herds:
-            return True
+        key = (tuple(sorted(queues)), instant)
+        lead, counted = self.herds.get(key, (0, None))
+        leasing = lead > 0 and now >= instant - lead
+        if counted is not None and (leasing or now - counted < HERD_RECOUNT_MS):
+            return lead
         size = self._conn.execute(
             "SELECT count(*) FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({','.join('?' * len(queues))}) AND not_before_ms BETWEEN ? AND ?",
             (*queues, instant, instant + GROUP_MS),
         ).fetchone()[0]
-        if size < self.herd_size:
-            return False
-        # Remembered: the herd's last few hundred runs are still part of it.
-        self.herds = {h for h in self.herds if h[1] > now - 60_000} | {herd_key}
-        return True
+        if size >= self.herd_size:
+            lead = max(lead, herd_lead_ms(size, self.herd_ahead_ms))
+        self.herds = {k: v for k, v in self.herds.items() if k[1] > now - 60_000}
+        self.herds[key] = (lead, now)
+        return lead
 
     def _select_ahead(self, queues: list[str], limit: int, now: int
                       ) -> tuple[list[str], int, int | None]:
@@ -329,11 +340,16 @@ class Dispatcher:
         ).fetchone()[0]
         if next_due is None:
             return [], 0, None
-        herd_lead = self.herd_ahead_ms
+        if self.herd_ahead_ms <= self.ahead_ms:
+            return [], 0, next_due - self.ahead_ms  # herds go no further ahead
+        reach = max(self.herd_ahead_ms, MAX_HERD_LEAD_MS)
+        if next_due - now > reach:
+            return [], 0, next_due - reach  # look again when a herd could go
+        herd_lead = self._herd_lead(queues, next_due, now)
+        if herd_lead <= self.ahead_ms:
+            return [], 0, next_due - self.ahead_ms  # no herd
         if next_due - now > herd_lead:
-            return [], 0, next_due - herd_lead  # look again when a herd could go
-        if herd_lead <= self.ahead_ms or not self._is_herd(queues, next_due, now):
-            return [], 0, next_due - self.ahead_ms
+            return [], 0, next_due - herd_lead
         rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? AND job_id "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftcron.core import policy
-from raftcron.core.ahead import HERD_SIZE
+from raftcron.core.ahead import HERD_SIZE, herd_claim_lead_ms
 from raftcron.core.calendar import CompiledCalendar, excluding_calendar, skip_reason
 from raftcron.core.schedule import jitter_offset_ms
 from raftcron.core.schedule_set import FleetSchedules, ScheduleSet
@@ -22,7 +22,8 @@ from raftcron.core.schedule_set import FleetSchedules, ScheduleSet
 LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
 # A herd (many jobs sharing one instant, e.g. midnight) is claimed further ahead, so its
-# claims are committed before the instant instead of after it.
+# claims are committed before the instant instead of after it: this long, or as long as a
+# larger herd's claims and leases take (core.ahead.herd_claim_lead_ms).
 HERD_LOOKAHEAD_MS = 10_000
 # A job that missed more instants than this (e.g. every second, cluster down for days) is
 # accounted for over several rounds, so one job cannot monopolise a tick.
@@ -111,9 +112,9 @@ class TickPlanner:
     def horizon(self, now_ms: int) -> int:
         """How far ahead to claim: the lookahead, or up to a herd's instant."""
         horizon = now_ms + self.lookahead_ms
-        limit = now_ms + HERD_LOOKAHEAD_MS
         for instant, n in self.per_instant.items():
-            if n >= self.herd_size and horizon < instant <= limit:
+            if (n >= self.herd_size and horizon < instant
+                    and instant - herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS) <= now_ms):
                 horizon = instant
         return horizon
 
@@ -125,8 +126,8 @@ class TickPlanner:
             if rec is None or rec.version != version or rec.next_ms != next_ms:
                 heapq.heappop(self._heap)  # stale entry
                 continue
-            herds = [i - HERD_LOOKAHEAD_MS for i, n in self.per_instant.items()
-                     if n >= self.herd_size]
+            herds = [i - herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS)
+                     for i, n in self.per_instant.items() if n >= self.herd_size]
             return min([next_ms - self.lookahead_ms, *herds])
         return None
 

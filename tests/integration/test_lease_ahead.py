@@ -8,10 +8,15 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
+from raftcron.core import ahead
 from raftcron.core import commands as c
+from raftcron.core.model import parse_job
 from raftcron.core.protocol import PROTOCOL_LEVEL
-from raftcron.leader.dispatch import Dispatcher
-from raftcron.state.db import open_reader
+from raftcron.leader.dispatch import HERD_RECOUNT_MS, Dispatcher
+from raftcron.state.db import open_reader, open_writer
+from raftcron.state.machine import StateMachine
 from tests.integration.test_dispatch_herd import T, _CommitAtOnce, cluster_state
 from tests.integration.test_machine import MIN, T0, Node, att, occ
 
@@ -224,6 +229,49 @@ def test_a_herd_is_leased_ahead_from_the_herd_horizon(tmp_path: Path) -> None:
     got = asyncio.run(d.lease("w", ["herd"], 1000, 0, ahead=True))
     assert len(got) == 1000 and proposer.commands[0].ahead_ms == 6_000
     d.close()
+
+
+def _herd_claimed_in_two_parts(path: Path, first: int, rest: int) -> StateMachine:
+    """`first + rest` jobs of queue `herd` due at T, only the first `first` claimed yet."""
+    m = StateMachine(open_writer(str(path)))
+    m.apply(1, c.BeginEpoch(1, "n1", T0))
+    specs = [parse_job({"id": f"h{i:05d}", "queue": "herd", "schedule": {"cron": "0 0 1 1 *"},
+                        "target": {"shell": "true"}}).to_spec() for i in range(first + rest)]
+    assert m.apply(2, c.CreateJobs("r", T0, specs))["created"] == first + rest
+    assert m.apply(3, c.Claim(1, T0 + 1, [[s["id"], 1, T, T, "fire"]
+                                          for s in specs[:first]]))["rejected_items"] == []
+    m.claim_rest = [[s["id"], 1, T, T, "fire"] for s in specs[first:]]  # type: ignore[attr-defined]
+    return m
+
+
+def test_a_herd_too_large_for_its_lead_goes_as_far_ahead_as_leasing_it_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At HERD_LEASES_PER_S (100 a second here) 1,000 runs take 10 s to lease: they go
+    10 s ahead, not at the configured 6 s. While the claims come in, the herd is counted
+    again (at most every HERD_RECOUNT_MS); once its leasing began it keeps its lead, however
+    few of its runs are left."""
+    monkeypatch.setattr(ahead, "HERD_LEASES_PER_S", 100)
+    db = tmp_path / "s.db"
+    m = _herd_claimed_in_two_parts(db, 100, 900)
+    d, _ = _dispatcher(db, T - 30_000)
+    d.herd_ahead_ms, d.herd_size = 6_000, 100
+    # 100 claimed: 1 s of leasing, so the configured 6 s.
+    assert d._select_ahead(["herd"], 1000, T - 30_000) == ([], 0, T - 6_000)
+    assert m.apply(4, c.Claim(1, T0 + 2, m.claim_rest))["rejected_items"] == []  # type: ignore[attr-defined]
+    # Counted again only HERD_RECOUNT_MS after the last count.
+    now = T - 30_000 + HERD_RECOUNT_MS - 1
+    assert d._select_ahead(["herd"], 1000, now) == ([], 0, T - 6_000)
+    assert d._select_ahead(["herd"], 1000, now + 1) == ([], 0, T - 10_000)
+    ids, lead, _ = d._select_ahead(["herd"], 400, T - 10_000)
+    assert (len(ids), lead) == (400, 10_000)
+    # 600 left would need 6 s: leasing began with 10 s, and keeps it.
+    marks = ",".join("?" * len(ids))
+    m.conn.execute(f"UPDATE attempts SET status = 'running' WHERE id IN ({marks})", ids)
+    m.conn.commit()
+    ids, lead, _ = d._select_ahead(["herd"], 1000, T - 9_000)
+    assert (len(ids), lead) == (600, 10_000)
+    d.close()
+    m.conn.close()
 
 
 def test_a_herd_lease_applies_with_its_lead(led):

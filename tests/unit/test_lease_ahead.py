@@ -9,11 +9,16 @@ import pytest
 
 from raftcron.core.ahead import (
     CLOCK_TOLERANCE_MS,
+    HERD_CLAIMS_PER_S,
+    HERD_LEASES_PER_S,
+    MAX_HERD_LEAD_S,
     OFFSET_FRESH_S,
     SKEWED,
     UNMEASURED,
     OffsetSample,
     ahead_refusal,
+    herd_claim_lead_ms,
+    herd_lead_ms,
     start_delay_s,
 )
 from raftcron.worker.client import Lease
@@ -221,3 +226,12 @@ def test_reported_times_follow_the_monotonic_clock_across_a_wall_step():
     assert wc.cluster_now_ms() == round(cluster + 2_000)
     asyncio.run(wc.probe(server_clock))  # a new sample becomes the basis
     assert wc.cluster_now_ms() == round(clocks.wall + 300)
+
+
+def test_a_herds_lead_is_the_configured_one_or_as_long_as_leasing_it_takes() -> None:
+    assert herd_lead_ms(HERD_LEASES_PER_S * 4, 10_000) == 10_000  # 4 s of leasing
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40, 10_000) == 40_000
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40 + 1, 10_000) == 40_001  # rounded up
+    assert herd_lead_ms(10**9, 10_000) == MAX_HERD_LEAD_S * 1000
+    assert herd_claim_lead_ms(HERD_CLAIMS_PER_S, 10_000) == 11_000  # 1 s of claims
+    assert herd_claim_lead_ms(100_000, 10_000) == 100_000 * 1000 // HERD_LEASES_PER_S + 10_000

@@ -13,6 +13,9 @@ due in the measured window, and the runs completed per second in that window. Wh
 offered load (jobs/s) is above what the cluster sustains, the backlog grows, the lag
 grows with it, and runs/s is the saturation throughput.
 
+After the figure, the floors it is bounded by are measured on this machine and printed
+beside it with the figure's ratio to each (bench/floors.py; `--no-floors` leaves them out).
+
 `--profile DIR` samples every node (and this load generator) with py-spy through the
 measured window and prints where their CPU went (bench/profiling.py).
 """
@@ -36,12 +39,14 @@ from bench.common import (  # noqa: E402
     noop_poller,
     pct,
 )
+from bench.floors import floor_lines  # noqa: E402
 from bench.profiling import record, summarize  # noqa: E402
 from raftcron.core.timefmt import ms_to_iso  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
 
 QUEUE = "bench"
 WARMUP_S = 3
+GOAL_RUNS_S = 12_000  # issue 36
 
 
 async def measure(jobs: int, seconds: int, pollers: int, profile: Path | None = None
@@ -136,9 +141,17 @@ def main() -> None:
     p.add_argument("--pollers", type=int, default=4)
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="sample the processes with py-spy in the window; raw files in DIR")
+    p.add_argument("--no-floors", action="store_true",
+                   help="leave out the floors measured after the figure (about 20 s)")
     args = p.parse_args()
+    print(f"$ python bench/e2e.py {' '.join(sys.argv[1:])}".rstrip())
     print(machine_line())
-    print(table(asyncio.run(measure(args.jobs, args.seconds, args.pollers, args.profile))))
+    result = asyncio.run(measure(args.jobs, args.seconds, args.pollers, args.profile))
+    print(table(result))
+    print(f"goal {GOAL_RUNS_S:,} runs/s at p99 <= 1 s: measured / goal = "
+          f"{result['runs_per_s'] / GOAL_RUNS_S:.2f}", flush=True)
+    if not args.no_floors:
+        print("\n".join(floor_lines(result["runs_per_s"])))
     if args.profile:
         print()
         print(summarize(sorted(args.profile.glob("*.txt"))))

@@ -34,7 +34,7 @@ from raftcron.worker.child_watch import pidfds_work  # noqa: E402
 GOAL_RUNS_S = 1000
 
 
-async def _spawn_loop(argv: list[str], parallel: int, seconds: float, watcher: str) -> float:
+async def spawn_rate(argv: list[str], parallel: int, seconds: float, watcher: str) -> float:
     loop = asyncio.get_running_loop()
     if watcher == "pidfd":
         chosen: asyncio.AbstractChildWatcher = asyncio.PidfdChildWatcher()
@@ -93,7 +93,7 @@ def main() -> int:
             for _ in range(args.repeat):  # side by side: the watchers take turns
                 for watcher in watchers:
                     rates[watcher].append(
-                        asyncio.run(_spawn_loop(argv, n, args.seconds, watcher)))
+                        asyncio.run(spawn_rate(argv, n, args.seconds, watcher)))
             for watcher in watchers:
                 med = statistics.median(rates[watcher])
                 shown = ", ".join(f"{r:,.0f}" for r in rates[watcher])

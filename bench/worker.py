@@ -28,6 +28,11 @@ for its job processes as Python 3.11's asyncio does by default, a thread each
 (raftcron.worker.child_watch). One run per mode, not a median of several: the machine is
 shared, so rerun before trusting a small difference.
 
+After the modes, the spawn floor is measured (`--floor-seconds`, 0 to skip): how many of
+the bench's job processes this machine starts and reaps a second at the worker's
+concurrency, waiting for them as the worker does (bench/spawn_floor.py), with nothing else
+running; each mode's runs/s is printed as a ratio to it and to issue 36's goal of 1,000.
+
 `--profile DIR` samples the nodes and the worker with py-spy through the window and prints
 where their CPU went (bench/profiling.py).
 """
@@ -35,6 +40,7 @@ where their CPU went (bench/profiling.py).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 import platform
@@ -48,11 +54,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.profiling import record_blocking, summarize  # noqa: E402
+from bench.spawn_floor import spawn_rate  # noqa: E402
 from raftcron.config import load_config  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
+from raftcron.worker.child_watch import pidfds_work  # noqa: E402
 
 TARGET_RUNS_S = 200
 TARGET_P99_S = 1.0
+GOAL_RUNS_S = 1000  # issue 36: one worker, trivial shell runs, p99 <= 1 s
+JOB_COMMAND = "date +%s.%N"
+WORKERS = 1
 QUEUE = "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # mode: (worker arguments, worker environment)
@@ -73,7 +84,7 @@ def quantile(values: list[float], q: float) -> float:
 def add_jobs(c: LocalCluster, nid: str, n: int) -> None:
     for i in range(n):
         body = {"id": f"w{i:04d}", "schedule": {"cron": "* * * * * *"}, "queue": QUEUE,
-                "target": {"shell": "date +%s.%N"}}
+                "target": {"shell": JOB_COMMAND}}
         r = c.post(nid, "/v1/jobs", body)
         assert r.status_code in (200, 201), r.text
 
@@ -164,7 +175,20 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
+def spawn_floor_runs_s(concurrency: int, seconds: float) -> float:
+    """How many of the bench's job processes this machine starts and reaps a second, at
+    the worker's concurrency, waiting for them as the worker does (bench/spawn_floor.py)."""
+    return asyncio.run(spawn_rate(["/bin/sh", "-c", JOB_COMMAND], concurrency, seconds,
+                                  floor_watcher()))
+
+
+def floor_watcher() -> str:
+    """The child watcher the worker uses on this machine (raftcron.worker.child_watch)."""
+    return "pidfd" if pidfds_work() else "threaded"
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str,
+           spawns: float | None = None) -> str:
     lines = [
         f"$ {command}",
         f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()}: "
@@ -195,6 +219,17 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
     for r in results:
         lines.append(f"  {r['mode']:<12} " + ", ".join(
             f"{status} {n}" for status, n in sorted(r["ended"].items())))
+    if spawns is not None:
+        lines.append("")
+        lines.append(f"spawn floor, measured just after with nothing else running: "
+                     f"{spawns:,.0f} runs/s of `/bin/sh -c '{JOB_COMMAND}'` at "
+                     f"{args.concurrency} in flight ({floor_watcher()} child watcher, as "
+                     "the worker waits)")
+        for r in results:
+            lines.append(f"  {r['mode']:<12} runs/s / floor {r['runs_s'] / spawns:.2f}; "
+                         f"runs/s / goal {GOAL_RUNS_S:,} {r['runs_s'] / GOAL_RUNS_S:.2f} "
+                         f"({WORKERS} worker)")
+        lines.append(f"  goal {GOAL_RUNS_S:,} / floor {GOAL_RUNS_S / spawns:.2f}")
     first = results[0]
     if len(results) > 1:
         lines.append("")
@@ -215,6 +250,8 @@ def main() -> int:
                    help="seconds after the window before the state is read")
     p.add_argument("--only", help="modes, comma-separated, of: " + ", ".join(MODES))
     p.add_argument("--out", help="also write the report to this file")
+    p.add_argument("--floor-seconds", type=float, default=5.0,
+                   help="measure the spawn floor this long after the modes (0: not at all)")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="sample the processes with py-spy in the window; raw files in DIR")
     args = p.parse_args()
@@ -225,7 +262,9 @@ def main() -> int:
     for mode in modes:
         print(f"running {mode} ...", file=sys.stderr, flush=True)
         results.append(run_mode(mode, args))
-    text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]))
+    spawns = (None if args.floor_seconds <= 0
+              else spawn_floor_runs_s(args.concurrency, args.floor_seconds))
+    text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]), spawns)
     if args.profile:
         text += "\n" + "\n\n".join(summarize(sorted((args.profile / m).glob("*.txt")))
                                     for m in modes) + "\n"

@@ -64,11 +64,12 @@ BATCH = 1000  # calibration batch size
 LEAD_S = 15.0  # the herd is due this long after the last job was created, at least
 
 
-def lead_s(n: int) -> float:
+def lead_s(n: int, herd_max_s: float | None) -> float:
     """How long after its last job was created the herd is due: long enough for the
     leader to claim it as early as it claims a herd of that size (a real herd's jobs exist
     long before its instant)."""
-    return max(LEAD_S, herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS) / 1000 + 5)
+    max_ms = int((herd_max_s or 0) * 1000)
+    return max(LEAD_S, herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS, max_ms) / 1000 + 5)
 # Mode `ahead`: the nodes' `lease_ahead_s` (a herd then goes `lease_ahead_herd_s`, default 10,
 # ahead); the value dispatch ahead was built and measured with.
 AHEAD_S = 2.0
@@ -105,8 +106,10 @@ def cron_at(t: float) -> str:
 
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                         herd_ahead_s: float | None = None,
-                        keep_dir: Path | None = None, acknowledge: bool = True) -> HerdResult:
-    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default). `keep_dir`:
+                        keep_dir: Path | None = None, acknowledge: bool = True,
+                        herd_max_s: float | None = None) -> HerdResult:
+    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default);
+    `herd_max_s` their `lease_ahead_herd_max_s` (None: their default). `keep_dir`:
     the cluster's files (node logs, SQLite) go to a new folder in it and are kept.
     `acknowledge`: the pollers acknowledge each lease on receipt, as `raftcron worker`
     does (and send their checks before a start as early as its measured round trip says)."""
@@ -117,6 +120,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
         # instant, or none.
         herd = (f"lease_ahead_herd_s = {herd_ahead_s}\n"
                 if ahead and herd_ahead_s is not None else "")
+        herd += (f"lease_ahead_herd_max_s = {herd_max_s}\n"
+                 if ahead and herd_max_s is not None else "")
         for path in c.configs:
             path.write_text(f"lease_ahead_s = {AHEAD_S if ahead else 0}\n{herd}"
                             + path.read_text())
@@ -138,7 +143,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                 for i in range(min(n, BATCH))])
             create_rate = min(n, BATCH) / (time.time() - t_cal)
             t_create = time.time()
-            instant = math.ceil(t_create + 2 * n / create_rate + lead_s(n))
+            instant = math.ceil(t_create + 2 * n / create_rate
+                                + lead_s(n, herd_max_s if ahead else None))
             bodies = [{"id": f"herd-{i:05d}", "queue": QUEUE, "target": {"shell": "true"},
                        "schedule": {"cron": cron_at(instant), "jitter_s": jitter_s}}
                       for i in range(n)]
@@ -229,7 +235,7 @@ def _median(results: list[HerdResult]) -> HerdResult:
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             modes: tuple[str, ...] = ("ahead",), repeat: int = 1,
             herd_ahead_s: float | None = None, keep_dir: Path | None = None,
-            acknowledge: bool = True) -> list[HerdResult]:
+            acknowledge: bool = True, herd_max_s: float | None = None) -> list[HerdResult]:
     """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
     runs of each (system, N, jitter, mode), the systems alternating run by run."""
     runs: dict[tuple, list[HerdResult]] = {}
@@ -239,7 +245,7 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                 for mode in modes:
                     r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
                         n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s,
-                        keep_dir=keep_dir, acknowledge=acknowledge))
+                        keep_dir=keep_dir, acknowledge=acknowledge, herd_max_s=herd_max_s))
                     print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -288,6 +294,9 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--herd-ahead-s", type=float, default=None,
                    help="mode ahead: the nodes' lease_ahead_herd_s (default: the product's)")
+    p.add_argument("--herd-max-s", type=float, default=None,
+                   help="mode ahead: the nodes' lease_ahead_herd_max_s (default: the "
+                        "product's, no further than lease_ahead_herd_s)")
     p.add_argument("--keep-dir", type=Path, default=None,
                    help="keep each run's cluster (node logs, SQLite files) in a folder here")
     p.add_argument("--no-acknowledge", action="store_true",
@@ -300,7 +309,7 @@ def main() -> None:
     print(machine_line())
     results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
                       modes, max(1, args.repeat), args.herd_ahead_s, args.keep_dir,
-                      not args.no_acknowledge)
+                      not args.no_acknowledge, args.herd_max_s)
     print(table(results))
     print([asdict(r) for r in results])
 

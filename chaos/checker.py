@@ -212,8 +212,11 @@ def check_run(run: dict[str, Any],
                                             window_end, running_at_end, effect_at)
     groups = checks_groups.check_groups(rep, records, nodes, all_attempts, ops)
     chains = checks_chains.check_chains(rep, nodes, ops, window_end)
-    run_times = checks_run_times.check_run_times(rep, all_attempts, [*starts, *sink],
-                                                 windows, window_end)
+    # Offers and start records resolved to their attempt (an HTTP target's offer names
+    # none until then), and the group holds' start records.
+    run_times = checks_run_times.check_run_times(
+        rep, all_attempts, [*effects, *(s for s in starts if s.get("event") == "hold")],
+        windows, window_end)
     lateness = checks_lateness.check_lateness(
         rep, nodes, all_attempts, effects, ops, hist, windows, window_end,
         {t for t, q in quotas.items() if q.get("max_concurrent_runs") is not None},

@@ -16,6 +16,7 @@ from raftcron.core.ahead import (
     DEFAULT_LEASE_AHEAD_HERD_S,
     DEFAULT_LEASE_AHEAD_S,
     HERD_SIZE,
+    MAX_HERD_LEAD_S,
     MAX_LEASE_AHEAD_S,
 )
 from raftcron.core.timefmt import parse_duration
@@ -58,6 +59,9 @@ class NodeConfig:
     lease_ahead_s: float = DEFAULT_LEASE_AHEAD_S
     # The same for a herd (1,000 runs or more due at one instant); at least lease_ahead_s.
     lease_ahead_herd_s: float = DEFAULT_LEASE_AHEAD_HERD_S
+    # A herd too large to lease in lease_ahead_herd_s goes as far ahead as leasing it takes,
+    # up to this (seconds, at most core.ahead.MAX_HERD_LEAD_S); by default no further.
+    lease_ahead_herd_max_s: float = DEFAULT_LEASE_AHEAD_HERD_S
     # How many runs due at one instant make a herd (leased lease_ahead_herd_s ahead).
     herd_size: int = HERD_SIZE
     # API authentication: bearer tokens from `tokens_file`; `auth_off` only when the config
@@ -167,6 +171,16 @@ def _lease_ahead(data: dict[str, Any], key: str, default: float) -> float:
             or not 0 <= value <= MAX_LEASE_AHEAD_S):
         raise ConfigError(f"config {key!r} must be a number from 0 to "
                           f"{MAX_LEASE_AHEAD_S:g} (seconds; 0 turns dispatch ahead off)")
+    return float(value)
+
+
+def _herd_max(data: dict[str, Any]) -> float:
+    herd = _lease_ahead(data, "lease_ahead_herd_s", DEFAULT_LEASE_AHEAD_HERD_S)
+    value = data.get("lease_ahead_herd_max_s", herd)
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not herd <= value <= MAX_HERD_LEAD_S):
+        raise ConfigError(f"config 'lease_ahead_herd_max_s' must be a number from "
+                          f"lease_ahead_herd_s ({herd:g}) to {MAX_HERD_LEAD_S:g} (seconds)")
     return float(value)
 
 
@@ -330,6 +344,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> NodeConfi
         backlog_alert_s=_number(data, "backlog_alert_s", 60.0),
         lease_ahead_s=_lease_ahead(data, "lease_ahead_s", DEFAULT_LEASE_AHEAD_S),
         lease_ahead_herd_s=_lease_ahead(data, "lease_ahead_herd_s", DEFAULT_LEASE_AHEAD_HERD_S),
+        lease_ahead_herd_max_s=_herd_max(data),
         herd_size=_herd_size(data),
         tokens_file=rel(tokens_file) if tokens_file else None,
         auth_off=auth_off,

@@ -173,6 +173,7 @@ class Node(Leadership, AppliedHooks, PeerRefresh, NodeStatus):
             backlog_alert_s=config.backlog_alert_s,
             lease_ahead_ms=int(config.lease_ahead_s * 1000),
             lease_ahead_herd_ms=int(config.lease_ahead_herd_s * 1000),
+            lease_ahead_herd_max_ms=int(config.lease_ahead_herd_max_s * 1000),
             herd_size=config.herd_size,
         )
 

@@ -37,10 +37,12 @@ DEFAULT_LEASE_AHEAD_HERD_S = 10.0
 # How many runs due at one instant (within 10 ms) make a herd, by default.
 HERD_SIZE = 1000
 MAX_LEASE_AHEAD_S = 10.0
-# A herd larger than its configured lead can lease goes further ahead, as far as leasing
-# it takes at this rate: the lease path's rate on two cores beside the pollers'
-# acknowledgements (bench/herd.py: 100,000 runs went at 2,700-3,200 a second), so that
-# every run is out before its instant. Never further than MAX_HERD_LEAD_S.
+# A herd larger than its configured lead can lease may go further ahead (the node's
+# `lease_ahead_herd_max_s`, off by default), as far as leasing it takes at this rate: the
+# lease path's rate on two cores beside the pollers' acknowledgements (bench/herd.py:
+# 100,000 runs went at 2,700-5,500 a second), so that every run is out before its instant.
+# Never further than MAX_HERD_LEAD_S. Off by default because a worker holds such runs, in
+# its slots' place, for that long before they start (worker.leasing counts them as held).
 HERD_LEASES_PER_S = 2_500
 MAX_HERD_LEAD_S = 60.0
 # The leader claims such a herd early enough for its claims (in batches of 1,000, committed
@@ -57,20 +59,24 @@ SKEWED = "skewed"
 REFUSAL_REASONS = (UNMEASURED, SKEWED)
 
 
-def herd_lead_ms(size: int, configured_ms: int) -> int:
+def herd_lead_ms(size: int, configured_ms: int, max_ms: int) -> int:
     """How long before its instant a herd of `size` runs starts leasing: the configured
     lead (`lease_ahead_herd_s`), or as long as leasing them all takes at
-    HERD_LEASES_PER_S, up to MAX_HERD_LEAD_S."""
+    HERD_LEASES_PER_S, up to `max_ms` (`lease_ahead_herd_max_s`; MAX_HERD_LEAD_S at most)."""
     needed = -(-size * 1000 // HERD_LEASES_PER_S)
-    return max(configured_ms, min(needed, int(MAX_HERD_LEAD_S * 1000)))
+    return max(configured_ms, min(needed, max_ms, int(MAX_HERD_LEAD_S * 1000)))
 
 
-def herd_claim_lead_ms(size: int, configured_ms: int) -> int:
-    """How long before its instant the leader claims a herd of `size` runs: its leasing
-    lead (herd_lead_ms), plus the time its claims take at HERD_CLAIMS_PER_S (again at
-    most MAX_HERD_LEAD_S)."""
+def herd_claim_lead_ms(size: int, configured_ms: int, max_ms: int) -> int:
+    """How long before its instant the leader claims a herd of `size` runs: the configured
+    claim lead; or, for a herd leased further ahead than that (herd_lead_ms), its leasing
+    lead plus the time its claims take at HERD_CLAIMS_PER_S (again at most
+    MAX_HERD_LEAD_S)."""
+    lead = herd_lead_ms(size, configured_ms, max_ms)
+    if lead <= configured_ms:
+        return configured_ms
     claims_ms = -(-size * 1000 // HERD_CLAIMS_PER_S)
-    return herd_lead_ms(size, configured_ms) + min(claims_ms, int(MAX_HERD_LEAD_S * 1000))
+    return lead + min(claims_ms, int(MAX_HERD_LEAD_S * 1000))
 
 
 def start_delay_s(start_at_ms: int, server_now_ms: int) -> float:

@@ -38,9 +38,9 @@ def changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 def _emptied_or_filled(path: str, old: dict[str, Any], new: dict[str, Any],
                        paths: set[str]) -> bool:
     """`path` is an empty object on one side and a branch with leaves on the other."""
-    if {repr(old.get(path)), repr(new.get(path))} != {"{}", "None"}:
-        return False
-    return any(p.startswith(f"{path}.") for p in paths)
+    emptied = old.get(path) == {} and path not in new
+    filled = new.get(path) == {} and path not in old
+    return (emptied or filled) and any(p.startswith(f"{path}.") for p in paths)
 
 
 def changes(before: dict[str, Any], after: dict[str, Any], *,

@@ -34,7 +34,10 @@ The levels, read from `git log`:
   stopped because its job was deleted ends `job deleted`, not `replaced` (apply); a lease
   handed back unrun after its run was asked to stop ends cancelled (apply); notification
   channels (`PutChannel`, `DeleteChannel`, `{"channel": name}` entries in a job's
-  `notify`, and the `job.recovered` event apply writes for a job that names one). Level 2 is
+  `notify`, and the `job.recovered` event apply writes for a job that names one); a
+  reported start or finish lies at most the clock tolerance after its command's stamp
+  (apply, core.run_times); a heartbeat extends a run leased ahead by its lease's length
+  counted from its instant (apply). Level 2 is
   not released yet, so these apply rules joined it rather than making a level 3: two
   builds from before and after one of them, mixed in one cluster, could disagree on it.
 

@@ -40,8 +40,9 @@ def reported_times(item: list[Any], not_before_ms: int, now_ms: int,
     the run ended before the cluster heard of it, so a later finish is the worker's
     reading of the cluster's clock running ahead. Such a finish is the stamp plus that
     tolerance and the start moves back with it, keeping the duration, but not before the
-    instant. The record then never shows a run running after the cluster knew it had
-    ended (the chaos suite's concurrency check counts runs from these times).
+    instant. The record then never shows a run running more than that tolerance after the
+    cluster knew it had ended (the chaos suite's concurrency check counts runs from these
+    times).
 
     Without a report the start is unknown (NULL) and the finish is the command's stamp, as
     before."""

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from raftcron.cluster.proposer import Proposer
 from raftcron.core import commands as c
 from raftcron.core import identity
-from raftcron.core.ahead import HERD_SIZE, MAX_HERD_LEAD_S, herd_lead_ms
+from raftcron.core.ahead import HERD_SIZE, herd_lead_ms
 from raftcron.core.protocol import BASE_LEVEL, FIELD_LEVELS
 from raftcron.leader.ticker import LostEpoch, now_ms
 from raftcron.state.one_step import select_all
@@ -22,7 +22,6 @@ from raftcron.state.one_step import select_all
 # How far ahead a Lease may be committed; it is handed out only once its instant came.
 LEASE_LEAD_MS = 150
 GROUP_MS = 10
-MAX_HERD_LEAD_MS = int(MAX_HERD_LEAD_S * 1000)
 # While a herd's claims may still be coming in, its pending runs are counted again at most
 # this often (every poll wakes at every commit: a 100,000-run count each time is not free).
 HERD_RECOUNT_MS = 500
@@ -111,12 +110,16 @@ class Dispatcher:
         ahead_ms: int = 0,
         herd_ahead_ms: int = 0,
         herd_size: int = HERD_SIZE,
+        herd_max_ms: int = 0,
     ) -> None:
         self.epoch = epoch
         self.ahead_ms = ahead_ms
         """Dispatch ahead: how long before its instant a run may go to a worker that asks
         for runs ahead (0: never)."""
         self.herd_ahead_ms = max(ahead_ms, herd_ahead_ms) if ahead_ms else 0
+        self.herd_max_ms = max(self.herd_ahead_ms, herd_max_ms) if ahead_ms else 0
+        """How far ahead a herd too large to lease in `herd_ahead_ms` may go (the node's
+        lease_ahead_herd_max_s; by default no further)."""
         self.herd_size = herd_size
         """How many runs due in one GROUP_MS make a herd (the chaos suite makes its
         100-job herd one, so that the herd path runs under faults)."""
@@ -239,7 +242,7 @@ class Dispatcher:
         if next_due - now > HERD_LEASE_LEAD_MS:
             return [], now, next_due - HERD_LEASE_LEAD_MS  # look again when a herd could go
         window = (*queues, next_due, next_due + GROUP_MS)
-        if not self._herd_lead(queues, next_due, now):
+        if not self._herd_lead(queues, next_due, now)[0]:
             return [], now, next_due - LEASE_LEAD_MS
         rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
@@ -287,36 +290,49 @@ class Dispatcher:
         backfill_ids, backfill_stamp = self._choose(backfill, n_backfill, now)
         return live_ids + backfill_ids, max(live_stamp, backfill_stamp)
 
-    def _herd_lead(self, queues: list[str], instant: int, now: int) -> int:
-        """How long before `instant` its runs go out: a herd's lead (core.ahead.herd_lead_ms,
-        by how many runs are pending within GROUP_MS of it), or 0 if they are no herd.
-        A herd's lead never shrinks: its last few hundred runs keep the lead it began
-        with. Counted again at most every HERD_RECOUNT_MS while its claims may still be
-        coming in, and not at all once its leasing began."""
+    def _herd_lead(self, queues: list[str], instant: int, now: int
+                   ) -> tuple[int, int | None]:
+        """(lead, when to count again): how long before `instant` its runs go out, a
+        herd's lead (core.ahead.herd_lead_ms, by how many runs are pending within GROUP_MS
+        of it), or 0 if they are no herd.
+
+        A count that found no herd is not kept: the herd's first claim may commit just
+        after it. A herd's count is kept HERD_RECOUNT_MS while its claims may still be
+        coming in (they only raise its lead: its size is counted again then), and for good
+        once its leasing began. A herd's lead never shrinks: its last few hundred runs keep
+        the lead it began with."""
         assert self._conn is not None
         key = (tuple(sorted(queues)), instant)
         lead, counted = self.herds.get(key, (0, None))
-        leasing = lead > 0 and now >= instant - lead
-        if counted is not None and (leasing or now - counted < HERD_RECOUNT_MS):
-            return lead
+        if lead > 0 and counted is not None:
+            if now >= instant - lead:
+                return lead, None
+            if counted <= now < counted + HERD_RECOUNT_MS:
+                return lead, counted + HERD_RECOUNT_MS
         size = self._conn.execute(
             "SELECT count(*) FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({','.join('?' * len(queues))}) AND not_before_ms BETWEEN ? AND ?",
             (*queues, instant, instant + GROUP_MS),
         ).fetchone()[0]
         if size >= self.herd_size:
-            lead = max(lead, herd_lead_ms(size, self.herd_ahead_ms))
+            # At least HERD_LEASE_LEAD_MS: the lead of a herd leased at its instant.
+            lead = max(lead, HERD_LEASE_LEAD_MS,
+                       herd_lead_ms(size, self.herd_ahead_ms, self.herd_max_ms))
         self.herds = {k: v for k, v in self.herds.items() if k[1] > now - 60_000}
+        if lead == 0:
+            return 0, None
         self.herds[key] = (lead, now)
-        return lead
+        return lead, (now + HERD_RECOUNT_MS if now < instant - lead else None)
 
     def _select_ahead(self, queues: list[str], limit: int, now: int
                       ) -> tuple[list[str], int, int | None]:
         """Choose attempts due by `now + ahead_ms` for a worker that starts each at its
-        instant (core.ahead): due ones first, fairly; or else the next herd's, up to
-        `herd_ahead_ms` before it. A not-yet-due run of a paused job is left out (the Lease
-        would refuse it). Returns (ids, the lead they were chosen with, when to look again
-        if none)."""
+        instant (core.ahead): due ones first, fairly; or else the next herd's, from its
+        lead before it (`_herd_lead`: `herd_ahead_ms`, or up to `herd_max_ms` for a herd too
+        large to lease in that). Only the next pending instant is looked at: a lone run
+        due before a herd holds the herd back until it is leased. A not-yet-due run of a
+        paused job is left out (the Lease would refuse it). Returns (ids, the lead they were
+        chosen with, when to look again if none)."""
         if self._conn is None:
             self._conn = self.open_reader()
         marks = ",".join("?" * len(queues))
@@ -340,16 +356,16 @@ class Dispatcher:
         ).fetchone()[0]
         if next_due is None:
             return [], 0, None
-        if self.herd_ahead_ms <= self.ahead_ms:
+        if self.herd_max_ms <= self.ahead_ms:
             return [], 0, next_due - self.ahead_ms  # herds go no further ahead
-        reach = max(self.herd_ahead_ms, MAX_HERD_LEAD_MS)
-        if next_due - now > reach:
-            return [], 0, next_due - reach  # look again when a herd could go
-        herd_lead = self._herd_lead(queues, next_due, now)
+        if next_due - now > self.herd_max_ms:
+            return [], 0, next_due - self.herd_max_ms  # look again when a herd could go
+        herd_lead, count_again = self._herd_lead(queues, next_due, now)
         if herd_lead <= self.ahead_ms:
             return [], 0, next_due - self.ahead_ms  # no herd
         if next_due - now > herd_lead:
-            return [], 0, next_due - herd_lead
+            wake = next_due - herd_lead
+            return [], 0, wake if count_again is None else min(wake, count_again)
         rows = self._rows(
             "SELECT id, tenant, job_id, not_before_ms FROM attempts WHERE status = 'pending' "
             f"AND queue IN ({marks}) AND not_before_ms BETWEEN ? AND ? AND job_id "

@@ -46,6 +46,8 @@ class DutySettings:
     # Dispatch ahead: how far before its instant a run may be leased (0: never).
     lease_ahead_ms: int = int(DEFAULT_LEASE_AHEAD_S * 1000)
     lease_ahead_herd_ms: int = int(DEFAULT_LEASE_AHEAD_HERD_S * 1000)
+    # How far ahead a herd too large to lease in lease_ahead_herd_ms may go (no further).
+    lease_ahead_herd_max_ms: int = int(DEFAULT_LEASE_AHEAD_HERD_S * 1000)
     herd_size: int = HERD_SIZE
 
 
@@ -58,11 +60,13 @@ class LeaderDuties:
         """`on_event(duty, result)` counts webhook deliveries and watchdog pings."""
         settings = settings or DutySettings()
         self.epoch = epoch
-        self.ticker = Ticker(epoch, proposer, open_reader, herd_size=settings.herd_size)
+        self.ticker = Ticker(epoch, proposer, open_reader, herd_size=settings.herd_size,
+                             herd_max_ms=settings.lease_ahead_herd_max_ms)
         self.sweeper = Sweeper(epoch, proposer, open_reader)
         self.dispatcher = Dispatcher(epoch, proposer, open_reader,
                                      ahead_ms=settings.lease_ahead_ms,
                                      herd_ahead_ms=settings.lease_ahead_herd_ms,
+                                     herd_max_ms=settings.lease_ahead_herd_max_ms,
                                      herd_size=settings.herd_size)
         # One set of compiled calendars for both: each is compiled once per change.
         self.deadlines = Deadlines(epoch, proposer, open_reader,

@@ -22,8 +22,10 @@ from raftcron.core.schedule_set import FleetSchedules, ScheduleSet
 LOOKAHEAD_MS = 1000
 MAX_ITEMS_PER_CLAIM = 1000
 # A herd (many jobs sharing one instant, e.g. midnight) is claimed further ahead, so its
-# claims are committed before the instant instead of after it: this long, or as long as a
-# larger herd's claims and leases take (core.ahead.herd_claim_lead_ms).
+# claims are committed before the instant instead of after it: this long, or, where the
+# node lets a large herd lease further ahead (lease_ahead_herd_max_s), as long as its
+# claims and leases take (core.ahead.herd_claim_lead_ms). Every job due before the herd's
+# instant is claimed with it.
 HERD_LOOKAHEAD_MS = 10_000
 # A job that missed more instants than this (e.g. every second, cluster down for days) is
 # accounted for over several rounds, so one job cannot monopolise a tick.
@@ -75,8 +77,12 @@ class JobRecord:
 
 
 class TickPlanner:
-    def __init__(self, lookahead_ms: int = LOOKAHEAD_MS, herd_size: int = HERD_SIZE) -> None:
+    def __init__(self, lookahead_ms: int = LOOKAHEAD_MS, herd_size: int = HERD_SIZE,
+                 herd_max_ms: int = HERD_LOOKAHEAD_MS) -> None:
         self.lookahead_ms = lookahead_ms
+        # How far ahead a herd too large for HERD_LOOKAHEAD_MS may be leased (the node's
+        # lease_ahead_herd_max_s); it is claimed that far ahead plus its claims' time.
+        self.herd_max_ms = herd_max_ms
         self.herd_size = herd_size
         self.jobs: dict[str, JobRecord] = {}
         self._heap: list[tuple[int, str, int]] = []  # (next_ms, job_id, version)
@@ -114,9 +120,12 @@ class TickPlanner:
         horizon = now_ms + self.lookahead_ms
         for instant, n in self.per_instant.items():
             if (n >= self.herd_size and horizon < instant
-                    and instant - herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS) <= now_ms):
+                    and instant - self._claim_lead_ms(n) <= now_ms):
                 horizon = instant
         return horizon
+
+    def _claim_lead_ms(self, herd: int) -> int:
+        return herd_claim_lead_ms(herd, HERD_LOOKAHEAD_MS, self.herd_max_ms)
 
     def next_wakeup_ms(self) -> int | None:
         """When the next claim is due (the next instant minus the lookahead)."""
@@ -126,7 +135,7 @@ class TickPlanner:
             if rec is None or rec.version != version or rec.next_ms != next_ms:
                 heapq.heappop(self._heap)  # stale entry
                 continue
-            herds = [i - herd_claim_lead_ms(n, HERD_LOOKAHEAD_MS)
+            herds = [i - self._claim_lead_ms(n)
                      for i, n in self.per_instant.items() if n >= self.herd_size]
             return min([next_ms - self.lookahead_ms, *herds])
         return None

@@ -20,7 +20,7 @@ from raftcron.cluster.proposer import Proposer
 from raftcron.core.ahead import HERD_SIZE
 from raftcron.core.commands import Claim
 from raftcron.core.schedule_set import FleetSchedules
-from raftcron.leader.planner import MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
+from raftcron.leader.planner import HERD_LOOKAHEAD_MS, MAX_ITEMS_PER_CLAIM, JobRecord, TickPlanner
 from raftcron.state.calendars import CompiledCalendars
 
 log = logging.getLogger("raftcron.ticker")
@@ -77,12 +77,13 @@ class Ticker:
         open_reader: Callable[[], sqlite3.Connection],
         clock: Callable[[], int] = now_ms,
         herd_size: int = HERD_SIZE,
+        herd_max_ms: int = HERD_LOOKAHEAD_MS,
     ) -> None:
         self.epoch = epoch
         self.proposer = proposer
         self.open_reader = open_reader
         self.clock = clock
-        self.planner = TickPlanner(herd_size=herd_size)
+        self.planner = TickPlanner(herd_size=herd_size, herd_max_ms=herd_max_ms)
         self.changed_jobs: set[str] = set()
         self.calendars_changed = True
         # Compiled calendars, recompiled only when one changed (shared with the

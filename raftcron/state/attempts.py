@@ -230,7 +230,12 @@ def heartbeat(ctx: ApplyContext, cmd: Heartbeat) -> dict[str, Any]:
             found[attempt_id] = (*att[:A_STATUS], "cancelled", *att[A_STATUS + 1:])
             results.append({"attempt_id": attempt_id, **PAUSED_BEFORE_START})
             continue
-        window = att[A_EXPIRES] - att[A_HB]
+        # A run leased ahead: its lease's length counts from its instant, as its expiry
+        # does (from the lease, a dead worker would be noticed that lead late).
+        since = att[A_HB]
+        if att[A_HB] < att[A_NOT_BEFORE] < att[A_EXPIRES]:
+            since = att[A_NOT_BEFORE]
+        window = att[A_EXPIRES] - since
         beat, expires = max(cmd.now_ms, att[A_HB]), max(cmd.now_ms + window, att[A_EXPIRES])
         extended.append((attempt_id, beat, expires))
         if len(item) > 2 and item[2] is not None:  # its run started

@@ -221,7 +221,7 @@ def test_a_herd_is_leased_ahead_from_the_herd_horizon(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     cluster_state(db, HERD_SIZE, 3)
     d, proposer = _dispatcher(db, T - 5_000)
-    d.herd_ahead_ms = 6_000
+    d.herd_ahead_ms = d.herd_max_ms = 6_000
     assert d._select_ahead(["few"], 10, T - 5_000) == ([], 0, T - 2_000)
     ids, lead, _ = d._select_ahead(["herd"], 1000, T - 5_000)
     assert (len(ids), lead) == (1000, 6_000)
@@ -246,22 +246,26 @@ def _herd_claimed_in_two_parts(path: Path, first: int, rest: int) -> StateMachin
 
 def test_a_herd_too_large_for_its_lead_goes_as_far_ahead_as_leasing_it_takes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """At HERD_LEASES_PER_S (100 a second here) 1,000 runs take 10 s to lease: they go
-    10 s ahead, not at the configured 6 s. While the claims come in, the herd is counted
-    again (at most every HERD_RECOUNT_MS); once its leasing began it keeps its lead, however
-    few of its runs are left."""
+    """At HERD_LEASES_PER_S (100 a second here) 1,000 runs take 10 s to lease: with
+    lease_ahead_herd_max_s they go 10 s ahead, not at the configured 6 s. While the claims
+    come in, the herd is counted again every HERD_RECOUNT_MS (the poll is told to look
+    again then); once its leasing began it keeps its lead, however few runs are left."""
     monkeypatch.setattr(ahead, "HERD_LEASES_PER_S", 100)
     db = tmp_path / "s.db"
     m = _herd_claimed_in_two_parts(db, 100, 900)
     d, _ = _dispatcher(db, T - 30_000)
-    d.herd_ahead_ms, d.herd_size = 6_000, 100
-    # 100 claimed: 1 s of leasing, so the configured 6 s.
-    assert d._select_ahead(["herd"], 1000, T - 30_000) == ([], 0, T - 6_000)
+    d.herd_ahead_ms, d.herd_max_ms, d.herd_size = 6_000, 60_000, 100
+    start = T - 30_000
+    # 100 claimed: 1 s of leasing, so the configured 6 s; look again at the recount.
+    assert d._select_ahead(["herd"], 1000, start) == ([], 0, start + HERD_RECOUNT_MS)
     assert m.apply(4, c.Claim(1, T0 + 2, m.claim_rest))["rejected_items"] == []  # type: ignore[attr-defined]
-    # Counted again only HERD_RECOUNT_MS after the last count.
-    now = T - 30_000 + HERD_RECOUNT_MS - 1
-    assert d._select_ahead(["herd"], 1000, now) == ([], 0, T - 6_000)
-    assert d._select_ahead(["herd"], 1000, now + 1) == ([], 0, T - 10_000)
+    # Not counted again before HERD_RECOUNT_MS ...
+    now = start + HERD_RECOUNT_MS - 1
+    assert d._select_ahead(["herd"], 1000, now) == ([], 0, start + HERD_RECOUNT_MS)
+    # ... and then: 1,000 runs, 10 s.
+    now += 1
+    assert d._select_ahead(["herd"], 1000, now) == ([], 0, now + HERD_RECOUNT_MS)
+    assert d._herd_lead(["herd"], T, now)[0] == 10_000
     ids, lead, _ = d._select_ahead(["herd"], 400, T - 10_000)
     assert (len(ids), lead) == (400, 10_000)
     # 600 left would need 6 s: leasing began with 10 s, and keeps it.
@@ -270,6 +274,36 @@ def test_a_herd_too_large_for_its_lead_goes_as_far_ahead_as_leasing_it_takes(
     m.conn.commit()
     ids, lead, _ = d._select_ahead(["herd"], 1000, T - 9_000)
     assert (len(ids), lead) == (600, 10_000)
+    d.close()
+    m.conn.close()
+
+
+def test_by_default_a_large_herd_goes_no_further_than_its_configured_lead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without lease_ahead_herd_max_s, 1,000 runs that would take 10 s to lease still go
+    at the configured 6 s: a worker holds runs leased ahead in its slots' place."""
+    monkeypatch.setattr(ahead, "HERD_LEASES_PER_S", 100)
+    db = tmp_path / "s.db"
+    cluster_state(db, 1000, 0)
+    d, _ = _dispatcher(db, T - 8_000)
+    d.herd_ahead_ms, d.herd_max_ms = 6_000, 6_000
+    assert d._select_ahead(["herd"], 1000, T - 8_000) == ([], 0, T - 6_000)
+    ids, lead, _ = d._select_ahead(["herd"], 1000, T - 6_000)
+    assert (len(ids), lead) == (1000, 6_000)
+    d.close()
+
+
+def test_a_count_that_found_no_herd_is_not_kept(tmp_path: Path) -> None:
+    """The herd's first claim commits just after a count found too few runs: the next
+    poll counts again at once and finds the herd."""
+    db = tmp_path / "s.db"
+    m = _herd_claimed_in_two_parts(db, 50, 950)
+    d, _ = _dispatcher(db, T - 8_000)
+    d.herd_ahead_ms, d.herd_max_ms, d.herd_size = 6_000, 6_000, 100
+    assert d._select_ahead(["herd"], 1000, T - 6_000) == ([], 0, T - 2_000)  # 50: no herd
+    assert m.apply(4, c.Claim(1, T0 + 2, m.claim_rest))["rejected_items"] == []  # type: ignore[attr-defined]
+    ids, lead, _ = d._select_ahead(["herd"], 1000, T - 6_000)
+    assert (len(ids), lead) == (1000, 6_000)
     d.close()
     m.conn.close()
 
@@ -364,3 +398,19 @@ def test_the_dispatcher_hands_a_run_released_ahead_out_only_at_its_instant(led, 
     got = asyncio.run(d.lease("w2", ["default"], 10, 0, ahead=True))
     assert [(lease["attempt_id"], lease["start_at_ms"]) for lease in got] == [(a, T1)]
     d.close()
+
+
+def test_a_heartbeat_after_its_instant_extends_a_lease_from_the_beat_not_by_the_lead(led):
+    """Leased 40 s ahead with a 30 s heartbeat timeout: the lease runs to the instant +
+    30 s; a heartbeat 5 s after the instant extends it to the beat + 30 s, not + 70 s."""
+    led.create("j", heartbeat_timeout_s=30)
+    led.fire("j", T1, now=T1 - 50_000)
+    a = att("j", T1)
+    got = lease_ahead(led, [a], T1 - 40_000, ahead_ms=40_000)["leases"][0]
+    assert led.attempt(a)["lease_expires_ms"] == T1 + 30_000
+    led.hb(a, got["fencing_token"], T1 - 39_000)  # acknowledged at once: nothing moves
+    assert led.attempt(a)["lease_expires_ms"] == T1 + 30_000
+    led.hb(a, got["fencing_token"], T1 + 5_000)
+    assert led.attempt(a)["lease_expires_ms"] == T1 + 35_000
+    led.hb(a, got["fencing_token"], T1 + 20_000)
+    assert led.attempt(a)["lease_expires_ms"] == T1 + 50_000

@@ -229,9 +229,16 @@ def test_reported_times_follow_the_monotonic_clock_across_a_wall_step():
 
 
 def test_a_herds_lead_is_the_configured_one_or_as_long_as_leasing_it_takes() -> None:
-    assert herd_lead_ms(HERD_LEASES_PER_S * 4, 10_000) == 10_000  # 4 s of leasing
-    assert herd_lead_ms(HERD_LEASES_PER_S * 40, 10_000) == 40_000
-    assert herd_lead_ms(HERD_LEASES_PER_S * 40 + 1, 10_000) == 40_001  # rounded up
-    assert herd_lead_ms(10**9, 10_000) == MAX_HERD_LEAD_S * 1000
-    assert herd_claim_lead_ms(HERD_CLAIMS_PER_S, 10_000) == 11_000  # 1 s of claims
-    assert herd_claim_lead_ms(100_000, 10_000) == 100_000 * 1000 // HERD_LEASES_PER_S + 10_000
+    wide = 60_000  # lease_ahead_herd_max_s = 60
+    assert herd_lead_ms(HERD_LEASES_PER_S * 4, 10_000, wide) == 10_000  # 4 s of leasing
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40, 10_000, wide) == 40_000
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40 + 1, 10_000, wide) == 40_001  # rounded up
+    assert herd_lead_ms(10**9, 10_000, wide) == MAX_HERD_LEAD_S * 1000
+    assert herd_lead_ms(10**9, 10_000, 10**9) == MAX_HERD_LEAD_S * 1000
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40, 10_000, 10_000) == 10_000  # the default
+    assert herd_lead_ms(HERD_LEASES_PER_S * 40, 10_000, 25_000) == 25_000
+    # Claimed the configured lead ahead, or the lead plus the claims' time beyond it.
+    assert herd_claim_lead_ms(HERD_CLAIMS_PER_S, 10_000, wide) == 10_000
+    assert herd_claim_lead_ms(100_000, 10_000, 10_000) == 10_000
+    assert herd_claim_lead_ms(100_000, 10_000, wide) == (
+        100_000 * 1000 // HERD_LEASES_PER_S + 100_000 * 1000 // HERD_CLAIMS_PER_S)

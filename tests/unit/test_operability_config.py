@@ -110,6 +110,22 @@ def test_lease_ahead_horizons_default_and_bounds(tmp_path: Path) -> None:
             load_config(str(write(tmp_path, bad)))
 
 
+def test_lease_ahead_herd_max_defaults_to_the_herd_lead_and_is_bounded(tmp_path: Path) -> None:
+    """By default a large herd goes no further than lease_ahead_herd_s; the cap is at
+    least that and at most 60 s."""
+    assert load_config(str(write(tmp_path))).lease_ahead_herd_max_s == 10.0
+    cfg = load_config(str(write(tmp_path, "lease_ahead_herd_s = 4")))
+    assert cfg.lease_ahead_herd_max_s == 4.0
+    cfg = load_config(str(write(tmp_path, "lease_ahead_herd_max_s = 60")))
+    assert (cfg.lease_ahead_herd_s, cfg.lease_ahead_herd_max_s) == (10.0, 60.0)
+    for bad in ("lease_ahead_herd_max_s = 9", "lease_ahead_herd_max_s = 60.5",
+                "lease_ahead_herd_max_s = -1", 'lease_ahead_herd_max_s = "60"',
+                "lease_ahead_herd_max_s = true",
+                "lease_ahead_herd_s = 8\nlease_ahead_herd_max_s = 7"):
+        with pytest.raises(ConfigError, match="lease_ahead_herd_max_s"):
+            load_config(str(write(tmp_path, bad)))
+
+
 def test_herd_size_default_and_bounds(tmp_path: Path) -> None:
     assert load_config(str(write(tmp_path))).herd_size == 1000
     assert load_config(str(write(tmp_path, "herd_size = 100"))).herd_size == 100

@@ -43,14 +43,13 @@ def test_paused_jobs_record_paused_instants() -> None:
     assert [i[4] for i in p.due(T0 + 3000)] == ["paused"] * 4
 
 
-def test_a_herd_is_claimed_ten_seconds_and_its_claims_ahead_but_a_lone_job_is_not() -> None:
+def test_a_herd_is_claimed_up_to_ten_seconds_ahead_but_a_lone_job_is_not() -> None:
     p = TickPlanner()
     midnight = T0 + 86_400_000
     for i in range(HERD_SIZE):
         p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))
     p.upsert(rec("lone", "5 0 0 * * *", T0 + 10_000))  # 5 s after the herd
-    lead = herd_claim_lead_ms(HERD_SIZE, HERD_LOOKAHEAD_MS)
-    assert lead == HERD_LOOKAHEAD_MS + 100  # 1,000 claims at 10,000 a second
+    lead = HERD_LOOKAHEAD_MS
     assert p.next_wakeup_ms() == midnight - lead
     assert p.due(midnight - lead - 1) == []
     items = p.due(midnight - lead)
@@ -59,16 +58,22 @@ def test_a_herd_is_claimed_ten_seconds_and_its_claims_ahead_but_a_lone_job_is_no
 
 
 def test_a_herd_too_large_to_lease_in_ten_seconds_is_claimed_as_far_ahead_as_it_needs() -> None:
-    """100,000 runs lease in 40 s at HERD_LEASES_PER_S and claim in 10 s more: the herd is
-    claimed 50 s ahead. Neither part goes past MAX_HERD_LEAD_S."""
+    """Where the node lets a herd lease up to 60 s ahead (lease_ahead_herd_max_s): 100,000
+    runs lease in 40 s at HERD_LEASES_PER_S and claim in 10 s more, so the herd is claimed
+    50 s ahead. By default it is claimed 10 s ahead, as any herd. Neither part goes past
+    MAX_HERD_LEAD_S."""
     midnight = T0 + 86_400_000
-    p = TickPlanner()
-    for i in range(100_000):
-        p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))
-    assert p.next_wakeup_ms() == midnight - 50_000
-    assert p.due(midnight - 50_001) == []
-    assert len(p.due(midnight - 50_000)) == 100_000
-    assert herd_claim_lead_ms(10_000_000, HERD_LOOKAHEAD_MS) == 2 * MAX_HERD_LEAD_S * 1000
+    wide, default = TickPlanner(herd_max_ms=60_000), TickPlanner()
+    for p in (wide, default):
+        for i in range(100_000):
+            p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))
+    assert wide.next_wakeup_ms() == midnight - 50_000
+    assert wide.due(midnight - 50_001) == []
+    assert len(wide.due(midnight - 50_000)) == 100_000
+    assert default.next_wakeup_ms() == midnight - HERD_LOOKAHEAD_MS
+    assert default.due(midnight - HERD_LOOKAHEAD_MS - 1) == []
+    limit = int(MAX_HERD_LEAD_S * 1000)
+    assert herd_claim_lead_ms(10_000_000, HERD_LOOKAHEAD_MS, 10**9) == 2 * limit
 
 
 def test_edits_replace_the_old_schedule_in_the_heap() -> None:
@@ -164,8 +169,7 @@ def test_a_smaller_herd_size_makes_fewer_jobs_a_herd() -> None:
     """`herd_size` (a node's config; the chaos suite sets 100): 100 jobs sharing an
     instant are claimed ten seconds ahead with it, and only a second ahead without."""
     midnight = T0 + 86_400_000
-    for herd_size, wakeup in ((100, midnight - herd_claim_lead_ms(100, HERD_LOOKAHEAD_MS)),
-                              (HERD_SIZE, None)):
+    for herd_size, wakeup in ((100, midnight - HERD_LOOKAHEAD_MS), (HERD_SIZE, None)):
         p = TickPlanner(herd_size=herd_size)
         for i in range(100):
             p.upsert(rec(f"h{i}", "0 0 * * *", T0 + 1000))

@@ -79,8 +79,11 @@ def decide(*, is_leader: bool, since_leader_contact_s: float | None, min_timeout
     - `voted_for_other`: this node already voted for another node at `current_term`, so
       it would refuse the real vote at that term too;
     - `competing_for_term`: this node is running its own pre-vote round for that term
-      (or has won it). Of two such askers only one may get the other's yes: the one for
-      which `asker_wins_tie` holds (a fixed order of node addresses, the same on both).
+      (or has won it). Of two such askers only one may get the other's yes: the one whose
+      log is newer, or with equal logs the one for which `asker_wins_tie` holds (a fixed
+      order of node addresses, the same on both). The tie winner by address whose log is
+      behind cannot win the real election (the other refuses it for its log): refusing
+      the other too would leave both refusing each other in every round, and no leader.
     """
     if is_leader:
         return Decision(False, REFUSED_LEADER)
@@ -94,7 +97,7 @@ def decide(*, is_leader: bool, since_leader_contact_s: float | None, min_timeout
         return Decision(False, REFUSED_LEASE,
                         retry_after_s=min_timeout_s - since_leader_contact_s)
     if competing_for_term is not None and competing_for_term >= proposed_term \
-            and not asker_wins_tie:
+            and not asker_wins_tie and own_log.at_least_as_up_to_date_as(candidate_log):
         return Decision(False, REFUSED_COMPETING)
     return Decision(True)
 

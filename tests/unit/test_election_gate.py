@@ -335,6 +335,30 @@ def test_two_followers_whose_timers_fire_together_do_not_split_the_vote() -> Non
     assert refusal["granted"] is False and refusal["reason"] == prevote.REFUSED_COMPETING
 
 
+def test_two_followers_whose_tie_winner_is_behind_still_elect_the_one_ahead() -> None:
+    """The leader c died after one more entry reached b than a; a and b ask for term 6 at
+    the same moment, a is the tie winner by address. b refuses a (a's log is behind: a
+    cannot win the real election), so a must not refuse b for competing, or both refuse
+    each other in every round and no leader is ever elected (a ci run of the failover
+    test: 13 s without an election)."""
+    a, b = _named("a"), _named("b")
+    a.log_position = (5, 99)
+    for n in (a, b):
+        n.fire_timer()
+        n._onTick()
+    _deliver(b, a, prevote.REQUEST)
+    _deliver(a, b, prevote.REQUEST)
+    _deliver(a, b, prevote.RESPONSE)
+    _deliver(b, a, prevote.RESPONSE)
+    for n in (a, b):
+        n._onTick()
+    candidates = [n._SyncObj__selfNode for n in (a, b)
+                  if n._SyncObj__raftState == _RAFT_STATE.CANDIDATE]
+    assert candidates == ["b"]
+    to_a = [m for p, m in b.transport.of_type(prevote.RESPONSE) if p == "a"][-1]
+    assert to_a["granted"] is False and to_a["reason"] == prevote.REFUSED_LOG
+
+
 def test_a_yes_pushes_this_nodes_own_election_back() -> None:
     asker, c = _named("a"), _named("c")
     asker.fire_timer()

@@ -131,3 +131,8 @@ def test_of_two_askers_for_one_term_only_the_tie_winner_gets_a_yes() -> None:
     # A round for an older term is not competing with an asker for a newer one.
     assert ask(proposed_term=7, current_term=6, competing_for_term=6,
                asker_wins_tie=False).granted
+    # An asker whose log is newer than this node's wins the tie: this node cannot win
+    # the real election against it (the asker would refuse it for its log).
+    newer = LogPosition(term=5, index=101)
+    assert ask(proposed_term=6, competing_for_term=6, asker_wins_tie=False,
+               candidate_log=newer).granted

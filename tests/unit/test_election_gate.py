@@ -314,22 +314,27 @@ def _deliver(sender: Node, receiver: Node, mtype: str) -> None:
     receiver._SyncObj__onMessageReceived(sender._SyncObj__selfNode, message)
 
 
-def test_two_followers_whose_timers_fire_together_do_not_split_the_vote() -> None:
-    """The leader c died; a and b ask for term 6 at the same moment. Only one of them may
-    get the other's yes, or both become candidates with their own vote and nobody wins."""
-    a, b = _named("a"), _named("b")
+def _rounds_cross(a: Node, b: Node) -> list[str]:
+    """a's and b's timers fire together, their pre-vote requests and answers cross on the
+    wire, and both tick: the nodes that became candidates."""
     for n in (a, b):
         n.fire_timer()
         n._onTick()
-    _deliver(b, a, prevote.REQUEST)  # both requests cross on the wire
+    _deliver(b, a, prevote.REQUEST)
     _deliver(a, b, prevote.REQUEST)
     _deliver(a, b, prevote.RESPONSE)
     _deliver(b, a, prevote.RESPONSE)
     for n in (a, b):
         n._onTick()
-    candidates = [n._SyncObj__selfNode for n in (a, b)
-                  if n._SyncObj__raftState == _RAFT_STATE.CANDIDATE]
-    assert candidates == ["a"]  # the order of addresses breaks the tie, the same on both
+    return [n._SyncObj__selfNode for n in (a, b)
+            if n._SyncObj__raftState == _RAFT_STATE.CANDIDATE]
+
+
+def test_two_followers_whose_timers_fire_together_do_not_split_the_vote() -> None:
+    """The leader c died; a and b ask for term 6 at the same moment. Only one of them may
+    get the other's yes, or both become candidates with their own vote and nobody wins."""
+    a, b = _named("a"), _named("b")
+    assert _rounds_cross(a, b) == ["a"]  # the order of addresses breaks the tie, the same on both
     assert b.term == 5 and b._round is None
     refusal = [m for p, m in a.transport.of_type(prevote.RESPONSE) if p == "b"][-1]
     assert refusal["granted"] is False and refusal["reason"] == prevote.REFUSED_COMPETING
@@ -343,18 +348,7 @@ def test_two_followers_whose_tie_winner_is_behind_still_elect_the_one_ahead() ->
     test: 13 s without an election)."""
     a, b = _named("a"), _named("b")
     a.log_position = (5, 99)
-    for n in (a, b):
-        n.fire_timer()
-        n._onTick()
-    _deliver(b, a, prevote.REQUEST)
-    _deliver(a, b, prevote.REQUEST)
-    _deliver(a, b, prevote.RESPONSE)
-    _deliver(b, a, prevote.RESPONSE)
-    for n in (a, b):
-        n._onTick()
-    candidates = [n._SyncObj__selfNode for n in (a, b)
-                  if n._SyncObj__raftState == _RAFT_STATE.CANDIDATE]
-    assert candidates == ["b"]
+    assert _rounds_cross(a, b) == ["b"]
     to_a = [m for p, m in b.transport.of_type(prevote.RESPONSE) if p == "a"][-1]
     assert to_a["granted"] is False and to_a["reason"] == prevote.REFUSED_LOG
 

@@ -42,8 +42,7 @@ from bench.common import (  # noqa: E402
     pct,
     proc_sample,
 )
-from chaos.digest_mark import compare_at_mark  # noqa: E402
-from raftcron.testing import LocalCluster  # noqa: E402
+from raftcron.testing import LocalCluster, compare_at_mark  # noqa: E402
 
 QUEUE = "soak"
 

@@ -38,10 +38,10 @@ from typing import Any
 
 import httpx
 
-from chaos.digest_mark import compare_at_mark
 from chaos.history import History
 from chaos.procs import Processes, raft_addr
 from chaos.reads import read_attempts, read_node
+from raftcron.testing import compare_at_mark
 
 CATCH_UP_S = 60.0
 REMOVE_TRIES = 3

@@ -96,6 +96,75 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         time.sleep(interval)
 
 
+# One digest mark, read from several nodes: their states compared at one exact index.
+# The mark is proposed through one node (`POST /v1/digest/marks`); each node is then asked
+# for its digest at it (`GET /v1/digest/marks/{mark}`) until it answers, within one bound
+# for all of them. A node that has not applied the mark yet answers 404 and is asked
+# again; one that never answers in time, or could not compute its digest, is recorded
+# with the error.
+READ_TIMEOUT_S = 20.0
+# Making a mark can take a proposal's 8 s and the node's own digest wait (10 s,
+# api.digest_marks.LOCAL_WAIT_S).
+MAKE_TIMEOUT_S = 30.0
+POLL_S = 0.2
+
+
+def compare_at_mark(http: httpx.Client, leader_url: str, urls: dict[str, str],
+                    timeout_s: float = READ_TIMEOUT_S,
+                    make_timeout_s: float = MAKE_TIMEOUT_S) -> dict[str, Any]:
+    """Make a mark through `leader_url` and read it from every node of `urls` (node id ->
+    base URL). Never raises: `{"mark", "index", "digests": {node: {"index", "digest"} or
+    {"error"}}}`, or `{"error"}` when no mark was made."""
+    try:
+        resp = http.post(f"{leader_url}/v1/digest/marks", timeout=make_timeout_s)
+        made = resp.json() if resp.status_code == 201 else None
+    except (httpx.HTTPError, ValueError) as e:
+        return {"error": f"making the mark: {type(e).__name__}: {e}"}
+    if not isinstance(made, dict) or not made.get("mark"):
+        return {"error": f"making the mark: HTTP {resp.status_code} {resp.text[:200]}"}
+    mark = made["mark"]
+    waiting = dict(urls)
+    last: dict[str, str] = {nid: "not asked" for nid in urls}
+    digests: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        for nid, url in list(waiting.items()):
+            answer, problem = _read(http, url, mark)
+            if answer is not None:
+                digests[nid] = answer
+                del waiting[nid]
+            else:
+                last[nid] = problem
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    for nid in waiting:
+        digests[nid] = {"error": f"no digest within {timeout_s:.0f} s: {last[nid]}"}
+    return {"mark": mark, "index": made.get("index"), "digests": digests}
+
+
+def _read(http: httpx.Client, url: str, mark: str) -> tuple[dict[str, Any] | None, str]:
+    """(the node's final answer, or None and why it is not there yet: 404 while the node
+    has not applied or digested the mark, 5xx or no answer while it is busy or down)."""
+    try:
+        resp = http.get(f"{url}/v1/digest/marks/{mark}", timeout=2)
+        body = resp.json()
+    except (httpx.HTTPError, ValueError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    if resp.status_code == 404 or resp.status_code >= 500:  # not applied here yet
+        return None, f"HTTP {resp.status_code} {resp.text[:200]}"
+    if resp.status_code != 200 or not isinstance(body, dict):  # asking again cannot help
+        return {"error": f"HTTP {resp.status_code} {resp.text[:200]}"}, ""
+    if body.get("digest") is None:
+        return {"index": body.get("index"),
+                "error": body.get("error") or "answered without a digest"}, ""
+    return {"index": body.get("index"), "digest": body["digest"]}, ""
+
+
+# A mark not digested everywhere within this is followed by a new one (wait_converged).
+MARK_RETRY_S = 15.0
+
+
 class LocalCluster:
     """Three (or N) `raftcron node` processes with real SQLite files under `root`.
 
@@ -286,34 +355,50 @@ class LocalCluster:
         leader = self.leader()
         return [n for n in self.procs if n != leader]
 
-    def digests(self) -> dict[str, dict[str, Any]]:
-        return {nid: self.get(nid, "/v1/digest") for nid in self.procs}
-
     def wait_converged(self, timeout: float = 30) -> dict[str, dict[str, Any]]:
-        """Until every node has reported the same applied index, compared at that index.
+        """Until every running node reports the same digest at one digest mark.
 
-        Nodes that keep applying (a ticking leader) are seldom at one index at the same
-        poll, so every (index, digest) a node reports during this call is kept, and the
-        newest index that all of them reported decides: equal digests there return them;
-        different ones are a divergence and fail at once."""
-        seen: dict[str, dict[int, str]] = {}
+        A mark (`POST /v1/digest/marks`, state.digest_marks) is a committed entry, so it
+        names one log index, and each node digests its state right as it applies it:
+        nodes that keep applying are compared at the same state, whatever moment each is
+        asked. (Digests read from `/v1/digest` at the same moment describe different
+        indexes on a ticking cluster, and such reads could miss each other's indexes for
+        longer than a test waits.) A mark that a node did not digest in time (no leader,
+        a node still catching up, a snapshot that carried the mark past it) is followed
+        by a new one until `timeout`; different digests at one mark are a divergence
+        and fail at once. Answers {node: {node_id, last_applied_index, digest}}, the
+        index being the mark's."""
+        deadline = time.monotonic() + timeout
+        last = "no mark made yet"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"timed out after {timeout}s waiting for equal digests "
+                                   f"on all nodes (last try: {last})")
+            via = self._raft_leader() or next(iter(self.procs))
+            urls = {nid: self.urls[nid] for nid in self.procs}
+            out = compare_at_mark(self.http, self.urls[via], urls,
+                                  timeout_s=min(left, MARK_RETRY_S),
+                                  make_timeout_s=max(1.0, min(left, MAKE_TIMEOUT_S)))
+            answers = out.get("digests", {})
+            digests = {nid: a["digest"] for nid, a in answers.items() if "digest" in a}
+            if len(set(digests.values())) > 1:
+                raise AssertionError(f"digests differ at digest mark {out['mark']} "
+                                     f"(index {out['index']}): {digests}")
+            if "error" not in out and len(digests) == len(urls):
+                return {nid: {"node_id": nid, "last_applied_index": answers[nid]["index"],
+                              "digest": digest} for nid, digest in digests.items()}
+            last = out.get("error") or "; ".join(
+                f"{nid}: {a['error']}" for nid, a in answers.items() if "error" in a)
+            time.sleep(0.3)
 
-        def same() -> dict[str, dict[str, Any]] | None:
-            for nid, v in self.digests().items():
-                seen.setdefault(nid, {})[int(v["last_applied_index"])] = v["digest"]
-            if set(seen) != set(self.procs):
-                return None
-            common = set.intersection(*(set(seen[n]) for n in self.procs))
-            if not common:
-                return None
-            index = max(common)
-            at = {n: seen[n][index] for n in self.procs}
-            if len(set(at.values())) != 1:
-                raise AssertionError(f"digests differ at applied index {index}: {at}")
-            return {n: {"node_id": n, "last_applied_index": index, "digest": at[n]}
-                    for n in self.procs}
-
-        return wait_until(same, timeout, interval=0.3, message="equal digests on all nodes")
+    def _raft_leader(self) -> str | None:
+        """The node that reports itself the Raft leader, duties or not."""
+        for nid in self.procs:
+            view = self.cluster_view(nid)
+            if view and view.get("role") == "leader":
+                return nid
+        return None
 
     def occurrences(self, nid: str, job_id: str | None = None,
                     **filters: str) -> list[dict[str, Any]]:

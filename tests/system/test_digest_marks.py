@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from chaos.digest_mark import compare_at_mark
 from raftcron.state.digest_marks import new_mark
-from raftcron.testing import LocalCluster, wait_until
+from raftcron.testing import LocalCluster, compare_at_mark, wait_until
 from tests.system.helpers import add_job
 
 pytestmark = pytest.mark.system

@@ -82,6 +82,11 @@ class Received:
     once each, though a lease released unacknowledged is granted again."""
     received_last: float = 0.0
     """When the last batch of leases arrived (wall time)."""
+    answer_delay_max: float = 0.0
+    """Dispatch ahead: the longest time from a lease answer's `server_now_ms` to its
+    receipt here (one clock: the nodes run on this machine). A run starts that much later
+    than its instant, as in `raftcron worker`, which never starts a run before the later
+    of its two readings of the instant."""
     checks: list[tuple[float, float, int]] = field(default_factory=list)
     """Each check before a start (dispatch ahead): (sent, answered) wall times and the
     number of runs it covered."""
@@ -236,6 +241,8 @@ async def noop_poller(urls: list[str], name: str, queue: str, stop: Callable[[],
                 continue
             seen.received_last = max(seen.received_last, got)
             server_now = answer.get("server_now_ms") if ahead else None
+            if server_now is not None:
+                seen.answer_delay_max = max(seen.answer_delay_max, got - server_now / 1000)
             if server_now is not None:
                 seen.ahead_ids.update(lease["attempt_id"] for lease in leases
                                       if got < iso_to_s(lease["scheduled_for"]))

@@ -97,6 +97,8 @@ class HerdResult:
     # last, − T): a herd not leased by T, or checks sent late, explain a slow start.
     last_lease_ms: float = float("nan")
     checks_sent_ms: tuple[float, float] = (float("nan"), float("nan"))
+    # The longest a lease answer took from the leader's stamp to the poller (common.Received).
+    answer_delay_max_ms: float = float("nan")
 
 
 def cron_at(t: float) -> str:
@@ -184,7 +186,8 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                               pct(commit, 0.5) * 1000, max(commit, default=float("nan")) * 1000,
                               create_s, "ahead" if ahead else "at-instant", len(seen.ahead_ids),
                               (checks_done - instant) * 1000, check_max * 1000,
-                              (seen.received_last - instant) * 1000, checks_sent)
+                              (seen.received_last - instant) * 1000, checks_sent,
+                              seen.answer_delay_max * 1000)
         finally:
             c.close()
 
@@ -229,7 +232,8 @@ def _median(results: list[HerdResult]) -> HerdResult:
                       int(med("leased_ahead")), med("checks_done_ms"), med("check_max_ms"),
                       med("last_lease_ms"),
                       (statistics.median(r.checks_sent_ms[0] for r in results),
-                       statistics.median(r.checks_sent_ms[1] for r in results)))
+                       statistics.median(r.checks_sent_ms[1] for r in results)),
+                      med("answer_delay_max_ms"))
 
 
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
@@ -255,7 +259,8 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                               f" ms, slowest {r.check_max_ms:.0f} ms, sent "
                               f"T{r.checks_sent_ms[0]:+.0f}..T{r.checks_sent_ms[1]:+.0f} ms; "
                               "last leases received "
-                              f"T{r.last_lease_ms:+.0f} ms" if mode == "ahead" else ""),
+                              f"T{r.last_lease_ms:+.0f} ms, a lease answer's delivery at most "
+                              f"{r.answer_delay_max_ms:.0f} ms" if mode == "ahead" else ""),
                           flush=True)
                     runs.setdefault(("raftcron", n, jitter, mode), []).append(r)
             a = asyncio.run(apscheduler_herd(n))

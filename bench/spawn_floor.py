@@ -45,14 +45,16 @@ async def spawn_rate(argv: list[str], parallel: int, seconds: float, watcher: st
         warnings.simplefilter("ignore", DeprecationWarning)
         asyncio.set_child_watcher(chosen)
     try:
-        return await _spawns_per_s(argv, parallel, seconds)
+        return await spawns_per_s(argv, parallel, seconds)
     finally:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             asyncio.set_child_watcher(None)
 
 
-async def _spawns_per_s(argv: list[str], parallel: int, seconds: float) -> float:
+async def spawns_per_s(argv: list[str], parallel: int, seconds: float) -> float:
+    """How many `argv` processes this event loop starts and reaps a second, `parallel` at
+    a time, with whichever child watcher the loop has."""
     done = 0
     stop = time.monotonic() + seconds
 

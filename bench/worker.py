@@ -54,10 +54,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.profiling import record_blocking, summarize  # noqa: E402
-from bench.spawn_floor import spawn_rate  # noqa: E402
+from bench.spawn_floor import spawns_per_s  # noqa: E402
 from raftcron.config import load_config  # noqa: E402
 from raftcron.testing import LocalCluster  # noqa: E402
-from raftcron.worker.child_watch import pidfds_work  # noqa: E402
+from raftcron.worker.child_watch import watch_children_with_pidfds  # noqa: E402
 
 TARGET_RUNS_S = 200
 TARGET_P99_S = 1.0
@@ -175,20 +175,19 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def spawn_floor_runs_s(concurrency: int, seconds: float) -> float:
+def spawn_floor_runs_s(concurrency: int, seconds: float) -> tuple[float, str]:
     """How many of the bench's job processes this machine starts and reaps a second, at
-    the worker's concurrency, waiting for them as the worker does (bench/spawn_floor.py)."""
-    return asyncio.run(spawn_rate(["/bin/sh", "-c", JOB_COMMAND], concurrency, seconds,
-                                  floor_watcher()))
+    the worker's concurrency, and the child watcher: the one `raftcron worker` chooses
+    in this environment (raftcron.worker.child_watch), so it waits as the worker does."""
+    async def measure() -> tuple[float, str]:
+        watcher = watch_children_with_pidfds(asyncio.get_running_loop())
+        return await spawns_per_s(["/bin/sh", "-c", JOB_COMMAND], concurrency, seconds), watcher
 
-
-def floor_watcher() -> str:
-    """The child watcher the worker uses on this machine (raftcron.worker.child_watch)."""
-    return "pidfd" if pidfds_work() else "threaded"
+    return asyncio.run(measure())
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str,
-           spawns: float | None = None) -> str:
+           floor: tuple[float, str] | None = None) -> str:
     lines = [
         f"$ {command}",
         f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()}: "
@@ -219,11 +218,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
     for r in results:
         lines.append(f"  {r['mode']:<12} " + ", ".join(
             f"{status} {n}" for status, n in sorted(r["ended"].items())))
-    if spawns is not None:
+    if floor is not None:
+        spawns, watcher = floor
         lines.append("")
         lines.append(f"spawn floor, measured just after with nothing else running: "
                      f"{spawns:,.0f} runs/s of `/bin/sh -c '{JOB_COMMAND}'` at "
-                     f"{args.concurrency} in flight ({floor_watcher()} child watcher, as "
+                     f"{args.concurrency} in flight ({watcher} child watcher, as "
                      "the worker waits)")
         for r in results:
             lines.append(f"  {r['mode']:<12} runs/s / floor {r['runs_s'] / spawns:.2f}; "
@@ -262,9 +262,9 @@ def main() -> int:
     for mode in modes:
         print(f"running {mode} ...", file=sys.stderr, flush=True)
         results.append(run_mode(mode, args))
-    spawns = (None if args.floor_seconds <= 0
-              else spawn_floor_runs_s(args.concurrency, args.floor_seconds))
-    text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]), spawns)
+    floor = (None if args.floor_seconds <= 0
+             else spawn_floor_runs_s(args.concurrency, args.floor_seconds))
+    text = report(results, args, "python bench/worker.py " + " ".join(sys.argv[1:]), floor)
     if args.profile:
         text += "\n" + "\n\n".join(summarize(sorted((args.profile / m).glob("*.txt")))
                                     for m in modes) + "\n"

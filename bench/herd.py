@@ -5,7 +5,8 @@
 
 raftcron: a fresh three-node cluster per run; N jobs (created in batches of 1,000 well
 before the instant) whose cron names one second, `S M H D Mo *`, so all N are due at that
-instant T. No-op pollers in this process lease (1,000 per call), acknowledge each batch on
+instant T. No-op pollers (in this process, or in --poller-processes K processes of their
+own) lease (1,000 per call), acknowledge each batch on
 receipt as `raftcron worker` does (not with --no-acknowledge), and complete at once: one
 poller per 1,000 jobs of the herd (at least 4, at most --max-pollers), as a deployment
 expecting a herd runs enough worker slots for it.
@@ -45,14 +46,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (  # noqa: E402
-    Received,
     batch_create,
     iso_to_s,
     leader_first,
     machine_line,
-    noop_poller,
     pct,
 )
+from bench.poller_procs import PollerPlan, run_pollers  # noqa: E402
 from raftcron.core.ahead import herd_claim_lead_ms  # noqa: E402
 from raftcron.core.schedule import jitter_offset_ms  # noqa: E402
 from raftcron.core.tenant_policy import QUOTA_DEFAULTS  # noqa: E402
@@ -109,8 +109,9 @@ def cron_at(t: float) -> str:
 async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
                         herd_ahead_s: float | None = None,
                         keep_dir: Path | None = None, acknowledge: bool = True,
-                        herd_max_s: float | None = None) -> HerdResult:
-    """`herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default);
+                        herd_max_s: float | None = None, processes: int = 1) -> HerdResult:
+    """`processes`: the pollers run in that many processes of their own (bench.poller_procs;
+    1: in this one). `herd_ahead_s`: the nodes' `lease_ahead_herd_s` (None: their default);
     `herd_max_s` their `lease_ahead_herd_max_s` (None: their default). `keep_dir`:
     the cluster's files (node logs, SQLite) go to a new folder in it and are kept.
     `acknowledge`: the pollers acknowledge each lease on receipt, as `raftcron worker`
@@ -156,19 +157,12 @@ async def raftcron_herd(n: int, jitter_s: int, pollers: int, ahead: bool = True,
             if created > instant - 2:
                 raise RuntimeError(f"creating {n} jobs took {create_s:.1f}s: too close to the "
                                    "herd instant (the machine is busy?)")
-            seen = Received()
             offsets = {b["id"]: jitter_offset_ms(b["id"], instant, jitter_s) / 1000
                        for b in bodies}
-            done_by = instant + jitter_s + 60
-
-            def finished() -> bool:
-                return seen.completed >= n or time.time() > done_by
-
-            urls = leader_first(c.urls, leader)
-            worker = c.auth_headers(c.worker_token)
-            await asyncio.gather(*(noop_poller(urls, f"herd-w{i}", QUEUE, finished, seen, worker,
-                                               wait_s=1, ahead=ahead, acknowledge=acknowledge)
-                                   for i in range(pollers)))
+            plan = PollerPlan(leader_first(c.urls, leader), QUEUE,
+                              c.auth_headers(c.worker_token), n, instant + jitter_s + 60,
+                              wait_s=1, ahead=ahead, acknowledge=acknowledge)
+            seen = await run_pollers(plan, [f"herd-w{i}" for i in range(pollers)], processes)
             occs = c.occurrences(leader, kind="scheduled")
             # Lease lag from the moment each run was meant to start: T, plus its jitter.
             lags = [got - instant - offsets[occ_id.split("@", 1)[0]]
@@ -239,8 +233,10 @@ def _median(results: list[HerdResult]) -> HerdResult:
 def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
             modes: tuple[str, ...] = ("ahead",), repeat: int = 1,
             herd_ahead_s: float | None = None, keep_dir: Path | None = None,
-            acknowledge: bool = True, herd_max_s: float | None = None) -> list[HerdResult]:
-    """`pollers`: the most no-op pollers any run gets. Returns the medians over `repeat`
+            acknowledge: bool = True, herd_max_s: float | None = None,
+            processes: int = 1) -> list[HerdResult]:
+    """`pollers`: the most no-op pollers any run gets, in `processes` processes of their
+    own (1: the bench's). Returns the medians over `repeat`
     runs of each (system, N, jitter, mode), the systems alternating run by run."""
     runs: dict[tuple, list[HerdResult]] = {}
     for n in sizes:
@@ -249,7 +245,8 @@ def run_all(sizes: list[int], jitter_s: int, pollers: int = 16,
                 for mode in modes:
                     r = asyncio.run(raftcron_herd(n, jitter, min(pollers, max(4, math.ceil(
                         n / 1000))), ahead=mode == "ahead", herd_ahead_s=herd_ahead_s,
-                        keep_dir=keep_dir, acknowledge=acknowledge, herd_max_s=herd_max_s))
+                        keep_dir=keep_dir, acknowledge=acknowledge, herd_max_s=herd_max_s,
+                        processes=processes))
                     print(f"raftcron    N={n:>6} jitter={jitter:>2}s {mode:>10}  lag p50 "
                           f"{r.p50_ms:8.0f} p99 {r.p99_ms:8.0f} max {r.max_ms:8.0f} ms  commit "
                           f"p50 {r.commit_p50_ms:8.0f} max {r.commit_max_ms:8.0f} ms  "
@@ -304,6 +301,10 @@ def main() -> None:
                         "product's, no further than lease_ahead_herd_s)")
     p.add_argument("--keep-dir", type=Path, default=None,
                    help="keep each run's cluster (node logs, SQLite files) in a folder here")
+    p.add_argument("--poller-processes", type=int, default=1,
+                   help="run the pollers in this many processes of their own, as workers "
+                        "are (default 1: all in the bench's process, as measured before "
+                        "2026-12-06; bench/poller_procs.py says what that costs)")
     p.add_argument("--no-acknowledge", action="store_true",
                    help="the pollers do not acknowledge their leases (before 2026-12-02 "
                         "the herd was measured so; `raftcron worker` acknowledges)")
@@ -314,7 +315,7 @@ def main() -> None:
     print(machine_line())
     results = run_all([int(x) for x in args.sizes.split(",")], args.jitter_s, args.max_pollers,
                       modes, max(1, args.repeat), args.herd_ahead_s, args.keep_dir,
-                      not args.no_acknowledge, args.herd_max_s)
+                      not args.no_acknowledge, args.herd_max_s, args.poller_processes)
     print(table(results))
     print([asdict(r) for r in results])
 

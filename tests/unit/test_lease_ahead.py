@@ -1,12 +1,15 @@
 """The start-time arithmetic of runs leased ahead, and the worker's clock check (core.ahead,
-worker.clock, worker.client.Lease)."""
+worker.clock, worker.client.Lease, the clock in a lease answer: api.workers.AheadLeaseAnswer)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 
+from raftcron.api import workers as workers_api
 from raftcron.core.ahead import (
     CLOCK_TOLERANCE_MS,
     HERD_CLAIMS_PER_S,
@@ -242,3 +245,37 @@ def test_a_herds_lead_is_the_configured_one_or_as_long_as_leasing_it_takes() -> 
     assert herd_claim_lead_ms(100_000, 10_000, 10_000) == 10_000
     assert herd_claim_lead_ms(100_000, 10_000, wide) == (
         100_000 * 1000 // HERD_LEASES_PER_S + 100_000 * 1000 // HERD_CLAIMS_PER_S)
+
+
+def _sent(answer: Any) -> tuple[dict[bytes, bytes], bytes]:
+    """The headers and body `answer` sends (an ASGI send that keeps them)."""
+    messages: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    asyncio.run(answer({"type": "http"}, receive, send))
+    return dict(messages[0]["headers"]), messages[1]["body"]
+
+
+@pytest.mark.parametrize(("built", "sent"), [
+    (1_796_530_722_452, 1_796_530_724_252),  # the answer waited 1.8 s to be sent
+    (999, 1_000),  # one more digit (a test clock): the length follows
+])
+def test_a_lease_answer_reads_the_servers_clock_as_it_is_sent(
+        monkeypatch: pytest.MonkeyPatch, built: int, sent: int) -> None:
+    """The body is encoded when the Lease commits; its `server_now_ms` is read again when
+    the answer goes out, so a worker counting from the receipt starts no run late by the
+    time the answer waited in between (never early: it is read before the sending)."""
+    clock = iter((built, sent))
+    monkeypatch.setattr(workers_api, "now_ms", lambda: next(clock))
+    # A lease whose own fields name the key too: only the answer's last key is read again.
+    leases = [{**LEASE, "start_at_ms": 50_000, "idempotency_key": '"server_now_ms":1'}]
+    answer = workers_api.AheadLeaseAnswer(leases)
+    assert json.loads(answer.body)["server_now_ms"] == built
+    headers, body = _sent(answer)
+    assert json.loads(body) == {"leases": leases, "server_now_ms": sent}
+    assert int(headers[b"content-length"]) == len(body)

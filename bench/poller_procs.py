@@ -1,12 +1,12 @@
 """No-op pollers (bench.common.noop_poller) spread over processes of their own.
 
-One process playing every worker reads each lease answer only when its event loop gets to
-it: with 16 pollers receiving 100 answers of 1,000 leases within seconds, an answer waited
-up to 1.7-2.9 s there (bench/herd.py prints "a lease answer's delivery at most"), and a
-run leased ahead starts that much late, as `raftcron worker` never starts a run before the
-server's reading of its instant counted from the answer's receipt. Real workers are
-processes of their own, each reading its own answers; `run_pollers(processes=K)` runs the
-pollers in K processes (round robin) and merges what they saw.
+Real workers are processes of their own. One process playing all of them shares one event
+loop and one core among them, so one poller's check or start can wait on another's work.
+`run_pollers(processes=K)` runs the pollers in K processes (round robin) and merges what
+they saw. At the 100,000 herd the difference is small once the leader reads its clock as
+it sends a lease answer (a lease answer's delivery: at most 96-150 ms in 16 processes,
+230 ms in one; bench/results/herd-100k.txt). Before that, answers reached the pollers up
+to 1.8-2.9 s after their stamp in both cases: the wait was on the leader.
 """
 
 from __future__ import annotations

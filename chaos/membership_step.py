@@ -10,7 +10,7 @@ It drives the operator's own tools, `raftcron cluster remove-node` and `add-node
    unfinished occurrences) are read from its own state (`departed.json`): the checker
    checks its history up to T like any node's, and requires nothing of it afterwards.
    Then one digest mark is made through the leader and read from that follower and from
-   every member (chaos/digest_mark.py): a `digest-mark` line records each node's digest
+   every member (raftcron.testing.compare_at_mark): a `digest-mark` line records each node's digest
    at the mark's index, or its error, and the checker compares the removed node's state
    with the others' there (it is in no final digest barrier).
 3. Remove it (`cluster remove-node`), then stop it with SIGTERM.

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,14 +100,62 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
 # One digest mark, read from several nodes: their states compared at one exact index.
 # The mark is proposed through one node (`POST /v1/digest/marks`); each node is then asked
 # for its digest at it (`GET /v1/digest/marks/{mark}`) until it answers, within one bound
-# for all of them. A node that has not applied the mark yet answers 404 and is asked
-# again; one that never answers in time, or could not compute its digest, is recorded
-# with the error.
+# for all of them. A node that has not applied the mark yet, or is still digesting it,
+# answers 404 and is asked again; one that never answers in time, or could not compute
+# its digest, is recorded with the error.
 READ_TIMEOUT_S = 20.0
 # Making a mark can take a proposal's 8 s and the node's own digest wait (10 s,
 # api.digest_marks.LOCAL_WAIT_S).
 MAKE_TIMEOUT_S = 30.0
 POLL_S = 0.2
+
+
+@dataclass
+class MarkReading:
+    """What the nodes answered for one mark so far: their final answers ({"index",
+    "digest"} or {"error"}), and for the others why not yet, and whether they hold the
+    mark (applied it and are still digesting it)."""
+
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)
+    applied: set[str] = field(default_factory=set)
+
+
+def make_mark(http: httpx.Client, url: str, timeout_s: float = MAKE_TIMEOUT_S
+              ) -> tuple[dict[str, Any] | None, str]:
+    """({"mark", "index"}, "") once the node at `url` committed a new mark, or (None, why
+    not). Never raises."""
+    try:
+        resp = http.post(f"{url}/v1/digest/marks", timeout=timeout_s)
+        made = resp.json() if resp.status_code == 201 else None
+    except (httpx.HTTPError, ValueError) as e:
+        return None, f"making the mark: {type(e).__name__}: {e}"
+    if not isinstance(made, dict) or not made.get("mark"):
+        return None, f"making the mark: HTTP {resp.status_code} {resp.text[:200]}"
+    return made, ""
+
+
+def read_mark(http: httpx.Client, urls: dict[str, str], mark: str, until: float,
+              reading: MarkReading | None = None) -> MarkReading:
+    """Ask every node of `urls` (node id -> base URL) not answered in `reading` yet for
+    its digest at `mark`, until all answered or the monotonic clock reaches `until`."""
+    reading = reading or MarkReading()
+    reading.waiting = {nid: reading.waiting.get(nid, "not asked")
+                       for nid in urls if nid not in reading.answers}
+    while reading.waiting:
+        for nid in list(reading.waiting):
+            answer, problem, applied = _read(http, urls[nid], mark)
+            if answer is not None:
+                reading.answers[nid] = answer
+                del reading.waiting[nid]
+            else:
+                reading.waiting[nid] = problem
+                if applied:
+                    reading.applied.add(nid)
+        if not reading.waiting or time.monotonic() >= until:
+            break
+        time.sleep(POLL_S)
+    return reading
 
 
 def compare_at_mark(http: httpx.Client, leader_url: str, urls: dict[str, str],
@@ -115,53 +164,41 @@ def compare_at_mark(http: httpx.Client, leader_url: str, urls: dict[str, str],
     """Make a mark through `leader_url` and read it from every node of `urls` (node id ->
     base URL). Never raises: `{"mark", "index", "digests": {node: {"index", "digest"} or
     {"error"}}}`, or `{"error"}` when no mark was made."""
-    try:
-        resp = http.post(f"{leader_url}/v1/digest/marks", timeout=make_timeout_s)
-        made = resp.json() if resp.status_code == 201 else None
-    except (httpx.HTTPError, ValueError) as e:
-        return {"error": f"making the mark: {type(e).__name__}: {e}"}
-    if not isinstance(made, dict) or not made.get("mark"):
-        return {"error": f"making the mark: HTTP {resp.status_code} {resp.text[:200]}"}
-    mark = made["mark"]
-    waiting = dict(urls)
-    last: dict[str, str] = {nid: "not asked" for nid in urls}
-    digests: dict[str, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout_s
-    while waiting:
-        for nid, url in list(waiting.items()):
-            answer, problem = _read(http, url, mark)
-            if answer is not None:
-                digests[nid] = answer
-                del waiting[nid]
-            else:
-                last[nid] = problem
-        if not waiting or time.monotonic() >= deadline:
-            break
-        time.sleep(POLL_S)
-    for nid in waiting:
-        digests[nid] = {"error": f"no digest within {timeout_s:.0f} s: {last[nid]}"}
-    return {"mark": mark, "index": made.get("index"), "digests": digests}
+    made, why = make_mark(http, leader_url, make_timeout_s)
+    if made is None:
+        return {"error": why}
+    reading = read_mark(http, urls, made["mark"], time.monotonic() + timeout_s)
+    for nid, problem in reading.waiting.items():
+        reading.answers[nid] = {"error": f"no digest within {timeout_s:g} s: {problem}"}
+    return {"mark": made["mark"], "index": made.get("index"), "digests": reading.answers}
 
 
-def _read(http: httpx.Client, url: str, mark: str) -> tuple[dict[str, Any] | None, str]:
+def _read(http: httpx.Client, url: str, mark: str
+          ) -> tuple[dict[str, Any] | None, str, bool]:
     """(the node's final answer, or None and why it is not there yet: 404 while the node
-    has not applied or digested the mark, 5xx or no answer while it is busy or down)."""
+    has not applied or digested the mark, 5xx or no answer while it is busy or down;
+    whether it applied the mark and is digesting it)."""
     try:
         resp = http.get(f"{url}/v1/digest/marks/{mark}", timeout=2)
         body = resp.json()
     except (httpx.HTTPError, ValueError) as e:
-        return None, f"{type(e).__name__}: {e}"
-    if resp.status_code == 404 or resp.status_code >= 500:  # not applied here yet
-        return None, f"HTTP {resp.status_code} {resp.text[:200]}"
+        return None, f"{type(e).__name__}: {e}", False
+    if resp.status_code == 404 or resp.status_code >= 500:  # not applied or digested yet
+        error = body.get("error") if isinstance(body, dict) else None
+        applied = isinstance(error, dict) and "index" in error  # api.digest_marks
+        return None, f"HTTP {resp.status_code} {resp.text[:200]}", applied
     if resp.status_code != 200 or not isinstance(body, dict):  # asking again cannot help
-        return {"error": f"HTTP {resp.status_code} {resp.text[:200]}"}, ""
+        return {"error": f"HTTP {resp.status_code} {resp.text[:200]}"}, "", False
     if body.get("digest") is None:
         return {"index": body.get("index"),
-                "error": body.get("error") or "answered without a digest"}, ""
-    return {"index": body.get("index"), "digest": body["digest"]}, ""
+                "error": body.get("error") or "answered without a digest"}, "", False
+    return {"index": body.get("index"), "digest": body["digest"]}, "", False
 
 
-# A mark not digested everywhere within this is followed by a new one (wait_converged).
+# wait_converged makes a new mark when a node has not even applied the last one this long
+# after it was made (a snapshot may have carried the mark past it); a node that applied it
+# and is still digesting it (a large state) is waited for, since a new mark would only
+# queue behind it.
 MARK_RETRY_S = 15.0
 
 
@@ -356,41 +393,50 @@ class LocalCluster:
         return [n for n in self.procs if n != leader]
 
     def wait_converged(self, timeout: float = 30) -> dict[str, dict[str, Any]]:
-        """Until every running node reports the same digest at one digest mark.
+        """Until every node in `procs` reports the same digest at one digest mark (a
+        paused one too: it never answers, and the wait times out naming it).
 
         A mark (`POST /v1/digest/marks`, state.digest_marks) is a committed entry, so it
         names one log index, and each node digests its state right as it applies it:
         nodes that keep applying are compared at the same state, whatever moment each is
         asked. (Digests read from `/v1/digest` at the same moment describe different
         indexes on a ticking cluster, and such reads could miss each other's indexes for
-        longer than a test waits.) A mark that a node did not digest in time (no leader,
-        a node still catching up, a snapshot that carried the mark past it) is followed
-        by a new one until `timeout`; different digests at one mark are a divergence
-        and fail at once. Answers {node: {node_id, last_applied_index, digest}}, the
-        index being the mark's."""
+        longer than a test waits.) A mark that could not be made (no leader yet) is made
+        again; one that a node has not applied MARK_RETRY_S after it was made is followed
+        by a new one. Different digests at one mark are a divergence and fail at once.
+        Everything ends by `timeout` (give or take one HTTP call). Answers {node:
+        {node_id, last_applied_index, digest}}, the index being the mark's."""
         deadline = time.monotonic() + timeout
         last = "no mark made yet"
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"timed out after {timeout}s waiting for equal digests "
-                                   f"on all nodes (last try: {last})")
+        while time.monotonic() < deadline:
             via = self._raft_leader() or next(iter(self.procs))
+            made, last = make_mark(self.http, self.urls[via],
+                                   max(1.0, min(deadline - time.monotonic(), MAKE_TIMEOUT_S)))
+            if made is None:
+                time.sleep(0.3)
+                continue
             urls = {nid: self.urls[nid] for nid in self.procs}
-            out = compare_at_mark(self.http, self.urls[via], urls,
-                                  timeout_s=min(left, MARK_RETRY_S),
-                                  make_timeout_s=max(1.0, min(left, MAKE_TIMEOUT_S)))
-            answers = out.get("digests", {})
-            digests = {nid: a["digest"] for nid, a in answers.items() if "digest" in a}
-            if len(set(digests.values())) > 1:
-                raise AssertionError(f"digests differ at digest mark {out['mark']} "
-                                     f"(index {out['index']}): {digests}")
-            if "error" not in out and len(digests) == len(urls):
-                return {nid: {"node_id": nid, "last_applied_index": answers[nid]["index"],
-                              "digest": digest} for nid, digest in digests.items()}
-            last = out.get("error") or "; ".join(
-                f"{nid}: {a['error']}" for nid, a in answers.items() if "error" in a)
-            time.sleep(0.3)
+            reading = MarkReading()
+            while True:  # this mark, while it can still be read everywhere
+                retry_at = time.monotonic() + MARK_RETRY_S
+                read_mark(self.http, urls, made["mark"], min(deadline, retry_at), reading)
+                digests = {nid: a["digest"] for nid, a in reading.answers.items()
+                           if "digest" in a}
+                if len(set(digests.values())) > 1:
+                    raise AssertionError(f"digests differ at digest mark {made['mark']} "
+                                         f"(index {made['index']}): {digests}")
+                if len(digests) == len(urls):
+                    return {nid: {"node_id": nid, "digest": digest,
+                                  "last_applied_index": reading.answers[nid]["index"]}
+                            for nid, digest in digests.items()}
+                last = "; ".join([f"{nid}: {a['error']}" for nid, a in reading.answers.items()
+                                  if "error" in a]
+                                 + [f"{nid}: {why}" for nid, why in reading.waiting.items()])
+                if (time.monotonic() >= deadline or len(reading.answers) > len(digests)
+                        or not set(reading.waiting) <= reading.applied):
+                    break  # out of time, a digest failed, or a node never applied it
+        raise TimeoutError(f"timed out after {timeout}s waiting for equal digests on all "
+                           f"nodes (last try: {last})")
 
     def _raft_leader(self) -> str | None:
         """The node that reports itself the Raft leader, duties or not."""

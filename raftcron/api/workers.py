@@ -188,12 +188,16 @@ class AheadLeaseAnswer(JSONResponse):
         super().__init__({"leases": leases, "server_now_ms": now_ms()})
 
     def restamp(self) -> None:
-        """The same answer with the clock read now."""
-        at = self.body.rindex(self.KEY) + len(self.KEY)
+        """The same answer with the clock read now. A body not ending in the stamp is
+        sent as built: its runs start late, never early."""
+        at = self.body.rfind(self.KEY) + len(self.KEY)
+        if at < len(self.KEY) or not self.body[at:-1].isdigit() or self.body[-1:] != b"}":
+            return
         body = self.body[:at] + str(now_ms()).encode() + b"}"
         if len(body) != len(self.body):  # 13 digits from 2001 to 2286
-            self.raw_headers = [(k, str(len(body)).encode() if k == b"content-length" else v)
-                                for k, v in self.raw_headers]
+            self.raw_headers[:] = [  # in place: `headers` reads this very list
+                (k, str(len(body)).encode() if k == b"content-length" else v)
+                for k, v in self.raw_headers]
         self.body = body
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

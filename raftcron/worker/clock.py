@@ -81,10 +81,10 @@ class WorkerClock:
     def check_lease_time(self, server_now_ms: float) -> None:
         """A lease answer's server time, compared with this worker's clock at receipt: one
         ahead of it by more than the tolerance (plus the sample's own error) drops the
-        sample. One behind it is what a slow answer looks like (the time is stamped when
-        the answer is built; a loaded node took 0.5-0.6 s to deliver it in a chaos run)
-        and only makes a run start later; a step of this worker's own clock is caught
-        against its monotonic clock instead."""
+        sample. One behind it is what a slow answer looks like (the leader reads its clock
+        as it sends the answer, api.workers.AheadLeaseAnswer, but the answer may still
+        wait in the network or in a forwarding node) and only makes a run start later; a
+        step of this worker's own clock is caught against its monotonic clock instead."""
         if self.sample is None:
             return
         off = server_now_ms - self._wall_ms() - self.sample.offset_ms

@@ -272,10 +272,20 @@ def test_a_lease_answer_reads_the_servers_clock_as_it_is_sent(
     time the answer waited in between (never early: it is read before the sending)."""
     clock = iter((built, sent))
     monkeypatch.setattr(workers_api, "now_ms", lambda: next(clock))
-    # A lease whose own fields name the key too: only the answer's last key is read again.
-    leases = [{**LEASE, "start_at_ms": 50_000, "idempotency_key": '"server_now_ms":1'}]
+    # A lease that holds the key too: only the answer's own, last key is read again.
+    leases = [{**LEASE, "start_at_ms": 50_000, "target": {"server_now_ms": 1}}]
     answer = workers_api.AheadLeaseAnswer(leases)
     assert json.loads(answer.body)["server_now_ms"] == built
     headers, body = _sent(answer)
     assert json.loads(body) == {"leases": leases, "server_now_ms": sent}
     assert int(headers[b"content-length"]) == len(body)
+
+
+def test_a_lease_answer_whose_body_does_not_end_in_its_stamp_is_sent_as_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers_api, "now_ms", lambda: 1_796_530_722_452)
+    answer = workers_api.AheadLeaseAnswer([LEASE])
+    built = answer.body = answer.body[:-1] + b',"later":1}'
+    monkeypatch.setattr(workers_api, "now_ms", lambda: 1_796_530_724_252)
+    _, body = _sent(answer)
+    assert body == built

@@ -102,15 +102,19 @@ async def run_pollers(plan: PollerPlan, names: list[str], processes: int) -> Rec
 
 def _collect(plan: PollerPlan, procs: list[Any], out: Any) -> Received:
     """Every process's result, merged; read before joining (a child exits only once its
-    result is taken). A child that died without one fails the run instead of hanging it."""
+    result is taken). A child that exits without one fails the run at once."""
     merged = Received()
-    for _ in procs:
+    results = 0
+    give_up = plan.done_by + 60
+    while results < len(procs):
         try:
-            merge(merged, out.get(timeout=max(1.0, plan.done_by - time.time()) + 60))
+            merge(merged, out.get(timeout=1.0))
+            results += 1
         except queue.Empty:
             dead = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode]
-            raise RuntimeError(f"a poller process gave no result: {dead or 'none exited'}"
-                               ) from None
+            if dead or time.time() > give_up:
+                raise RuntimeError(f"a poller process gave no result: "
+                                   f"{dead or 'none exited'}") from None
     for proc in procs:
         proc.join()
     return merged

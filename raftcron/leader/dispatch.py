@@ -142,8 +142,8 @@ class Dispatcher:
         # one lease carries over, so a worker that leases one run at a time gets its share).
         self.backfill_credit: dict[tuple[str, ...], float] = {}
         # (queues, instant) -> (its herd lead; when its pending runs were last counted),
-        # for the herds dispatch ahead found in the last minute (`_herd_lead`: a count that
-        # found no herd is not kept).
+        # for the herds dispatch ahead found whose instant is at most a minute past
+        # (`_herd_lead`: a count that found no herd is not kept).
         self.herds: dict[tuple[tuple[str, ...], int], tuple[int, int]] = {}
         self.gate: Callable[[], bool] = lambda: True
         # The protocol level the cluster may be written at (cluster.levels); set by the

@@ -62,17 +62,17 @@ def _stop_when_all_done(plan: PollerPlan, seen: Received,
     return finished
 
 
+async def _poll(plan: PollerPlan, names: list[str], seen: Received,
+                stop: Callable[[], bool]) -> None:
+    """One poller per name in this event loop, all recording into `seen`."""
+    await asyncio.gather(*(noop_poller(plan.urls, name, plan.queue, stop, seen, plan.headers,
+                                       wait_s=plan.wait_s, ahead=plan.ahead,
+                                       acknowledge=plan.acknowledge) for name in names))
+
+
 def _process_main(plan: PollerPlan, names: list[str], completed: Any, out: Any) -> None:
     seen = Received()
-    stop = _stop_when_all_done(plan, seen, completed)
-
-    async def pollers() -> None:
-        await asyncio.gather(*(noop_poller(plan.urls, name, plan.queue, stop, seen,
-                                           plan.headers, wait_s=plan.wait_s,
-                                           ahead=plan.ahead, acknowledge=plan.acknowledge)
-                               for name in names))
-
-    asyncio.run(pollers())
+    asyncio.run(_poll(plan, names, seen, _stop_when_all_done(plan, seen, completed)))
     out.put(seen)
 
 
@@ -81,13 +81,8 @@ async def run_pollers(plan: PollerPlan, names: list[str], processes: int) -> Rec
     plan's total completed or its deadline; what they all saw."""
     if processes <= 1:
         seen = Received()
-
-        def finished() -> bool:
-            return seen.completed >= plan.total or time.time() > plan.done_by
-
-        await asyncio.gather(*(noop_poller(plan.urls, name, plan.queue, finished, seen,
-                                           plan.headers, wait_s=plan.wait_s, ahead=plan.ahead,
-                                           acknowledge=plan.acknowledge) for name in names))
+        await _poll(plan, names, seen, lambda: seen.completed >= plan.total
+                    or time.time() > plan.done_by)
         return seen
     ctx = mp.get_context("spawn")  # no fork of a process with threads and sockets
     completed = ctx.Value("q", 0)
